@@ -1,0 +1,362 @@
+"""`rlloop`: run, resume and inspect research runs; list benchmarks; approve proposals; open the MLflow UI."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import typer
+from pydantic import ValidationError
+from rich.console import Console
+from rich.table import Table
+
+from agent.config import RunConfig, load_config_file
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__, pretty_exceptions_enable=False)
+console = Console(highlight=False)
+err = Console(stderr=True, highlight=False)
+
+
+def fail(message: str, code: int = 2) -> None:
+    err.print(f"[red]error:[/red] {message}")
+    raise typer.Exit(code)
+
+
+def _home(home: Path | None) -> Path:
+    return home or Path(os.environ.get("RLLOOP_HOME", ".rlloop"))
+
+
+def build_config(config_file: Path | None, flags: dict[str, Any]) -> RunConfig:
+    """CLI flags beat env vars, which beat the config file, which beats defaults."""
+    values: dict[str, Any] = {}
+    if config_file is not None:
+        file_values = load_config_file(config_file)
+        values.update({k: v for k, v in file_values.items() if f"RLLOOP_{k.upper()}" not in os.environ})
+    values.update({k: v for k, v in flags.items() if v is not None})
+    try:
+        return RunConfig(**values)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"--{'-'.join(map(str, e['loc'])).replace('_', '-')}: {e['msg']}" for e in exc.errors()
+        )
+        fail(f"invalid run configuration: {problems}")
+        raise AssertionError from exc
+
+
+def _execute(config: RunConfig, resume_run_id: str | None = None) -> None:
+    from agent.grading import GraderError
+    from agent.models import ModelNotFoundError
+    from agent.runner import execute
+    from agent.workspace import HomeNotWritableError
+    from grader.benchmarks import UnknownBenchmarkError
+
+    try:
+        summary = execute(config, resume_run_id=resume_run_id)
+    except (UnknownBenchmarkError, ModelNotFoundError, HomeNotWritableError, GraderError) as exc:
+        fail(str(exc))
+        return
+    except (FileNotFoundError, FileExistsError, ValueError) as exc:
+        fail(str(exc))
+        return
+    if summary.get("status") == "interrupted":
+        raise typer.Exit(130)
+
+
+@app.command()
+def run(
+    base_model: Annotated[str | None, typer.Option(help="Built-in name, local HF folder or hub id.")] = None,
+    benchmark: Annotated[str | None, typer.Option(help="Benchmark name (`rlloop benchmarks`).")] = None,
+    loop_n: Annotated[int | None, typer.Option(help="Number of trials.")] = None,
+    timeout: Annotated[str | None, typer.Option(help="Time budget, e.g. 20m, 1h.")] = None,
+    sandbox: Annotated[str | None, typer.Option(help="auto, local, docker or ray.")] = None,
+    proposer: Annotated[str | None, typer.Option(help="auto, builtin or llm.")] = None,
+    driver_model: Annotated[
+        str | None, typer.Option(help="LLM for the proposer (OpenAI-compatible).")
+    ] = None,
+    approval: Annotated[
+        str | None, typer.Option(help="never, always, code, budget (comma-combinable).")
+    ] = None,
+    seed: Annotated[int | None, typer.Option()] = None,
+    trial_timeout: Annotated[str | None, typer.Option(help="Limit of one trial, e.g. 10m.")] = None,
+    trial_memory_mb: Annotated[int | None, typer.Option()] = None,
+    max_submissions: Annotated[int | None, typer.Option()] = None,
+    public_fraction: Annotated[
+        float | None, typer.Option(help="Public share of the hidden test set; 0 = off.")
+    ] = None,
+    eval_limit: Annotated[int | None, typer.Option(help="Grade on the first N hidden samples.")] = None,
+    run_id: Annotated[str | None, typer.Option()] = None,
+    home: Annotated[Path | None, typer.Option(help="RLLOOP_HOME (default ./.rlloop).")] = None,
+    config: Annotated[
+        Path | None, typer.Option("--config", help="YAML or JSON file of the same fields.")
+    ] = None,
+    quiet: Annotated[bool, typer.Option("--quiet")] = False,
+) -> None:
+    """Run a research loop: baseline, then propose -> train -> submit until --loop-n trials or --timeout."""
+    flags = {k: v for k, v in locals().items() if k not in ("config",)}
+    flags["quiet"] = quiet or None
+    _execute(build_config(config, flags))
+
+
+@app.command()
+def resume(
+    run_id: Annotated[str, typer.Argument(help="The run to continue (`rlloop runs`).")],
+    home: Annotated[Path | None, typer.Option()] = None,
+) -> None:
+    """Continue a run from its last checkpoint: finished trials are kept, none is submitted twice."""
+    _execute(build_config(None, {"home": home}), resume_run_id=run_id)
+
+
+@app.command()
+def benchmarks() -> None:
+    """List the benchmarks rlloop knows, with where each comes from."""
+    from grader.benchmarks import list_benchmarks
+
+    describe = _describe_benchmarks()
+    table = Table("benchmark", "source", "description")
+    for name in list_benchmarks():
+        info = describe.get(name, {})
+        table.add_row(name, str(info.get("source", "builtin")), str(info.get("description", ""))[:100])
+    console.print(table)
+    for problem in describe.get("__problems__", {}).get("list", []):  # type: ignore[union-attr]
+        err.print(f"[yellow]warning:[/yellow] {problem}")
+
+
+def _describe_benchmarks() -> dict[str, Any]:
+    try:
+        from grader.benchmarks import describe_benchmarks  # type: ignore[attr-defined]
+    except ImportError:
+        return {}
+    out: dict[str, Any] = {}
+    problems: list[str] = []
+    for item in describe_benchmarks():
+        data = (
+            item
+            if isinstance(item, dict)
+            else item.model_dump()
+            if hasattr(item, "model_dump")
+            else vars(item)
+        )
+        if data.get("error"):
+            problems.append(f"{data.get('source')}: {data['error']}")
+            continue
+        out[data["name"]] = data
+    out["__problems__"] = {"list": problems}
+    return out
+
+
+@app.command()
+def runs(home: Annotated[Path | None, typer.Option()] = None) -> None:
+    """Past runs with baseline, best, submissions and status (newest last)."""
+    from agent.status import collect_runs
+
+    rows = collect_runs(_home(home))
+    if not rows:
+        console.print(f"no runs under {_home(home) / 'runs'} yet; start one with `rlloop run`")
+        return
+    table = Table("run", "benchmark", "model", "status", "baseline", "best", "submissions", "trials")
+    for r in rows:
+        table.add_row(
+            r.run_id,
+            r.benchmark,
+            r.base_model,
+            r.status,
+            r.fmt(r.baseline),
+            r.fmt(r.best),
+            str(r.submissions),
+            str(r.trials),
+        )
+    console.print(table)
+
+
+@app.command()
+def approvals(home: Annotated[Path | None, typer.Option()] = None) -> None:
+    """Proposals waiting for a decision, across runs."""
+    from agent.approvals import list_pending
+
+    pending = list_pending(_home(home) / "runs")
+    if not pending:
+        console.print("nothing waits for approval")
+        return
+    table = Table("run", "trial", "recipe", "from", "hyperparameters", "code", "hypothesis")
+    for run_id, trial in pending:
+        p = trial.proposal
+        table.add_row(
+            run_id,
+            trial.trial_id,
+            p.recipe,
+            p.init_from or "base",
+            str(p.hyperparameters),
+            "yes" if p.train_py else "no",
+            p.hypothesis[:60],
+        )
+    console.print(table)
+
+
+@app.command()
+def approve(
+    run_id: Annotated[str, typer.Argument()],
+    trial: Annotated[str | None, typer.Option(help="Trial id (default: the one waiting).")] = None,
+    set_: Annotated[list[str] | None, typer.Option("--set", help="key=value hyperparameter edit.")] = None,
+    reject: Annotated[
+        str | None, typer.Option(help="Reject with this reason (fed back to the proposer).")
+    ] = None,
+    terminate: Annotated[bool, typer.Option(help="End the run.")] = False,
+    by: Annotated[str | None, typer.Option(help="Who decides (default: your user name).")] = None,
+    home: Annotated[Path | None, typer.Option()] = None,
+) -> None:
+    """Approve, edit (--set), reject (--reject REASON) or --terminate a waiting proposal."""
+    import json
+
+    from agent.approvals import Decision, list_pending, write_decision
+
+    runs_dir = _home(home) / "runs"
+    waiting = [t for r, t in list_pending(runs_dir) if r == run_id]
+    if trial is None:
+        if not waiting:
+            fail(f"nothing waits for approval in run {run_id!r}; `rlloop approvals` lists what does")
+        trial = waiting[0].trial_id
+    edits: dict[str, Any] = {}
+    for item in set_ or []:
+        if "=" not in item:
+            fail(f"--set {item!r}: write key=value, e.g. --set learning_rate=5e-4")
+        key, raw = item.split("=", 1)
+        try:
+            edits[key.strip()] = json.loads(raw)
+        except ValueError:
+            edits[key.strip()] = raw
+    action: Literal["approve", "edit", "reject", "terminate"] = (
+        "terminate" if terminate else "reject" if reject else "edit" if edits else "approve"
+    )
+    decision = Decision(action=action, reason=reject, set=edits, **({"by": by} if by else {}))
+    try:
+        write_decision(runs_dir / run_id, trial, decision)
+    except LookupError as exc:
+        fail(str(exc))
+    console.print(f"{run_id} {trial}: {action}")
+
+
+@app.command()
+def ui(
+    home: Annotated[Path | None, typer.Option()] = None,
+    port: Annotated[int, typer.Option()] = 5000,
+    host: Annotated[str, typer.Option()] = "127.0.0.1",
+) -> None:
+    """Open the MLflow UI on the run store."""
+    root = _home(home).resolve()
+    uri = f"sqlite:///{root / 'mlflow.db'}"
+    console.print(f"MLflow UI for {uri} on http://{host}:{port}")
+    cmd = [
+        sys.executable,
+        "-m",
+        "mlflow",
+        "ui",
+        "--backend-store-uri",
+        uri,
+        "--host",
+        host,
+        "--port",
+        str(port),
+    ]
+    cmd += ["--default-artifact-root", (root / "mlartifacts").as_uri()]
+    raise typer.Exit(subprocess.call(cmd))
+
+
+grade_app = typer.Typer(no_args_is_help=True, help="The grading server on its own, for external agents.")
+app.add_typer(grade_app, name="grade")
+
+
+@grade_app.command("serve")
+def grade_serve(
+    benchmark: Annotated[str, typer.Option(help="Benchmark name (`rlloop benchmarks`).")] = "arith",
+    base_model: Annotated[str, typer.Option(help="Built-in name, local HF folder or hub id.")] = "tiny-arith",
+    submissions_root: Annotated[
+        Path, typer.Option(help="Submitted checkpoints must lie under this folder (the agent's output dir).")
+    ] = Path("outputs"),
+    port: Annotated[int, typer.Option(help="0 picks a free port.")] = 0,
+    host: Annotated[
+        str, typer.Option(help="Bind address; keep loopback unless a sandbox network needs more.")
+    ] = ("127.0.0.1"),
+    token: Annotated[
+        str | None, typer.Option(envvar="RLLOOP_GRADER_TOKEN", help="Bearer token (default: random).")
+    ] = None,
+    max_submissions: Annotated[int | None, typer.Option()] = None,
+    min_interval: Annotated[float, typer.Option(help="Minimum seconds between submissions.")] = 0.0,
+    public_fraction: Annotated[
+        float, typer.Option(help="Public share of the hidden test set; 0 = off.")
+    ] = 0.5,
+    eval_limit: Annotated[int | None, typer.Option()] = None,
+    run_id: Annotated[str | None, typer.Option(help="Reuse a grader's store (default: a new one).")] = None,
+    home: Annotated[Path | None, typer.Option()] = None,
+) -> None:
+    """Serve one benchmark's hidden test set for an external agent (AutoRL-Bench's API: /submit, /health, /time)."""
+    import json
+    import secrets
+
+    from agent.grading import free_port
+    from agent.models import ModelNotFoundError, resolve_base_model
+    from agent.workspace import atomic_write_json, ensure_home, new_run_id
+    from grader.benchmarks import UnknownBenchmarkError, get_benchmark
+
+    root = ensure_home(_home(home))
+    try:
+        get_benchmark(benchmark)
+        model = resolve_base_model(base_model, root)
+    except (UnknownBenchmarkError, ModelNotFoundError) as exc:
+        fail(str(exc))
+        return
+    grader_id = run_id or f"grade-{new_run_id(benchmark)}"
+    private = root / "graders" / grader_id
+    config_path = private / "config.json"
+    if config_path.exists():
+        config = json.loads(config_path.read_text())
+        config["port"] = port or free_port()
+    else:
+        submissions_root.mkdir(parents=True, exist_ok=True)
+        config = {
+            "run_id": grader_id,
+            "benchmark": benchmark,
+            "base_model": str(model),
+            "private_dir": str(private),
+            "scores_mirror": str(root / "graders" / f"{grader_id}.scores.json"),
+            "token": token or secrets.token_urlsafe(24),
+            "host": host,
+            "port": port or free_port(),
+            "allowed_roots": [str(submissions_root.resolve())],
+            "max_submissions": max_submissions,
+            "min_interval_s": min_interval,
+            "public_fraction": public_fraction or None,
+            "eval": {"limit": eval_limit},
+        }
+    private.mkdir(parents=True, exist_ok=True)
+    private.chmod(0o700)
+    atomic_write_json(config_path, config)
+    config_path.chmod(0o600)
+    url = f"http://{config['host']}:{config['port']}"
+    console.print(f"grading server for {benchmark} (base model {model})")
+    console.print(f"  GRADING_SERVER_URL={url}")
+    console.print(f"  GRADER_TOKEN={config['token']}")
+    console.print(f"  submissions must lie under {config['allowed_roots'][0]}; store: {private}")
+    console.print("  the baseline is scored before /health reports ready; Ctrl-C stops the server")
+    raise typer.Exit(subprocess.call([sys.executable, "-m", "grader", "serve", "--config", str(config_path)]))
+
+
+def _mount_optional(module: str, name: str, help_text: str) -> None:
+    try:
+        sub = __import__(module, fromlist=["app"]).app
+    except (ImportError, AttributeError):
+        return
+    app.add_typer(sub, name=name, help=help_text)
+
+
+_mount_optional("sandbox.cli", "sandbox", "Build, check and clean the trial sandboxes.")
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,138 @@
+"""Run configuration: one pydantic model, filled from a file, `RLLOOP_*` env vars and CLI flags of the same names."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+SandboxName = Literal["auto", "local", "docker", "ray"]
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
+_UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(value: str | float | int) -> float:
+    """'20m' -> 1200.0, '1.5h' -> 5400.0, '90' -> 90.0 (seconds)."""
+    if isinstance(value, int | float):
+        return float(value)
+    match = _DURATION.match(value)
+    if not match:
+        raise ValueError(f"cannot read {value!r} as a duration; write e.g. 90s, 20m, 1.5h")
+    number, unit = match.groups()
+    return float(number) * _UNIT_SECONDS[unit]
+
+
+def default_home() -> Path:
+    return Path(".rlloop")
+
+
+class RunConfig(BaseSettings):
+    """Everything a research run needs to know. Every field is also a CLI flag (`--loop-n`) and an env var
+    (`RLLOOP_LOOP_N`)."""
+
+    model_config = SettingsConfigDict(env_prefix="RLLOOP_", extra="forbid", validate_assignment=True)
+
+    home: Path = Field(
+        default_factory=default_home, description="Where models, runs and the MLflow store live."
+    )
+    base_model: str = Field("tiny-arith", description="Built-in model name, local HF folder, or hub id.")
+    benchmark: str = Field("arith", description="Benchmark name (see `rlloop benchmarks`).")
+    loop_n: int = Field(4, ge=1, le=1000, description="Number of trials to run.")
+    timeout: float = Field(
+        1200.0, gt=0, description="Wall-time budget of the run in seconds (accepts 20m, 1h)."
+    )
+    sandbox: SandboxName = Field("auto", description="Where trials run: auto, local, docker or ray.")
+    proposer: Literal["auto", "builtin", "llm"] = Field(
+        "auto", description="auto = llm when --driver-model is set, else builtin."
+    )
+    driver_model: str | None = Field(None, description="LLM for the proposer (OpenAI-compatible endpoint).")
+    approval: str = Field(
+        "never", description="Approval policy: never, always, code, budget (comma-combinable)."
+    )
+    approval_budget_s: float = Field(
+        600.0, description="Estimated compute seconds above which `budget` asks."
+    )
+    seed: int = 0
+    trial_timeout: float = Field(600.0, gt=0, description="Wall-time limit of one trial in seconds.")
+    trial_memory_mb: int = Field(6144, ge=256, description="Memory limit of one trial.")
+    trial_cpus: float | None = Field(None, description="CPU limit of one trial (docker).")
+    max_submissions: int | None = Field(
+        None, ge=1, description="Cap on graded submissions (None: loop_n + 1)."
+    )
+    min_submit_interval: float = Field(0.0, ge=0, description="Minimum seconds between two submissions.")
+    public_fraction: float = Field(
+        0.5,
+        ge=0.0,
+        lt=1.0,
+        description="Share of the hidden test set whose score /submit returns; 0 disables.",
+    )
+    eval_limit: int | None = Field(None, ge=1, description="Grade on the first N hidden test samples only.")
+    eval_batch_size: int = Field(64, ge=1)
+    run_id: str | None = Field(
+        None, description="Name the run (default: time, benchmark and a random suffix)."
+    )
+    agent_name: str = Field("rlloop", description="Agent name written to results.csv.")
+    llm_max_usd: float | None = Field(
+        None, ge=0, description="Stop the run once the driver LLM has cost this much."
+    )
+    llm_max_tokens: int | None = Field(
+        None, ge=0, description="Stop the run after this many driver LLM tokens."
+    )
+    max_compute_s: float | None = Field(
+        None, ge=0, description="Stop the run after this many trial compute seconds."
+    )
+    llm_price_file: Path | None = Field(
+        None, description="YAML/JSON price table (USD per 1M tokens per model)."
+    )
+    llm_max_repair_attempts: int = Field(
+        2, ge=0, le=10, description="Re-asks for malformed output or broken code."
+    )
+    smoke_timeout: float = Field(180.0, gt=0, description="Limit of the smoke run that checks proposed code.")
+    mlflow_tracking_uri: str | None = Field(None, description="Default: sqlite:///<home>/mlflow.db.")
+    quiet: bool = False
+
+    @field_validator(
+        "timeout", "trial_timeout", "min_submit_interval", "approval_budget_s", "smoke_timeout", mode="before"
+    )
+    @classmethod
+    def _duration(cls, value: Any) -> Any:
+        return parse_duration(value) if isinstance(value, str) else value
+
+    @field_validator("approval")
+    @classmethod
+    def _approval(cls, value: str) -> str:
+        allowed = {"never", "always", "code", "budget"}
+        parts = [p.strip() for p in value.split(",") if p.strip()]
+        bad = [p for p in parts if p not in allowed]
+        if bad or not parts:
+            raise ValueError(
+                f"unknown approval policy {value!r}; use never, always, code, budget or a comma list"
+            )
+        return ",".join(parts)
+
+    @property
+    def tracking_uri(self) -> str:
+        return self.mlflow_tracking_uri or f"sqlite:///{(self.home / 'mlflow.db').resolve()}"
+
+    @property
+    def proposer_name(self) -> str:
+        if self.proposer == "auto":
+            return "llm" if self.driver_model else "builtin"
+        return self.proposer
+
+
+def load_config_file(path: Path) -> dict[str, Any]:
+    """Read a YAML or JSON run config; one clear error when it cannot be read."""
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ValueError(f"cannot read config file {path}: {exc.strerror}") from None
+    data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    if not isinstance(data, dict):
+        raise ValueError(f"config file {path} must hold a mapping of field: value")
+    return {k.replace("-", "_"): v for k, v in data.items()}

@@ -1,0 +1,151 @@
+"""The agent's side of the grading server: start it as its own process, wait for its baseline, talk HTTP to it."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from agent.workspace import RunPaths, atomic_write_json
+
+
+class GraderError(RuntimeError):
+    """The grading server could not be started or answered with an error."""
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def grader_config(
+    paths: RunPaths,
+    *,
+    benchmark: str,
+    base_model: Path,
+    port: int,
+    token: str,
+    max_submissions: int | None,
+    min_interval_s: float,
+    public_fraction: float,
+    eval_limit: int | None,
+    eval_batch_size: int,
+    host: str = "127.0.0.1",
+) -> dict[str, Any]:
+    """The grader's config: its private folder, the one root submissions may come from, and the run's rules."""
+    return {
+        "run_id": paths.run_id,
+        "benchmark": benchmark,
+        "base_model": str(base_model),
+        "private_dir": str(paths.grader_dir),
+        "scores_mirror": str(paths.scores_json),
+        "token": token,
+        "host": host,
+        "port": port,
+        "allowed_roots": [str(paths.trials_dir)],
+        "max_submissions": max_submissions,
+        "min_interval_s": min_interval_s,
+        "public_fraction": public_fraction or None,
+        "eval": {"limit": eval_limit, "batch_size": eval_batch_size},
+    }
+
+
+class GraderProcess:
+    """A grading server owned by one research run. Reuses the run's token and store across restarts (resume)."""
+
+    def __init__(self, paths: RunPaths, config: dict[str, Any]) -> None:
+        self.paths = paths
+        self.config = config
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.url = f"http://{config['host']}:{config['port']}"
+        self.token: str = config["token"]
+
+    @classmethod
+    def load_or_create(cls, paths: RunPaths, **kwargs: Any) -> GraderProcess:
+        """Keep the token of an earlier start of this run (so resumed runs talk to the same store) on a new port."""
+        config_path = paths.grader_dir / "config.json"
+        token = secrets.token_urlsafe(24)
+        if config_path.exists():
+            token = json.loads(config_path.read_text())["token"]
+        config = grader_config(paths, port=free_port(), token=token, **kwargs)
+        paths.grader_dir.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(config_path, config)
+        config_path.chmod(0o600)
+        return cls(paths, config)
+
+    def start(self, ready_timeout_s: float = 600.0, on_wait: Any = None) -> dict[str, Any]:
+        """Start `python -m grader serve` and wait until its baseline is scored. Returns /health."""
+        log = open(self.paths.grader_dir / "server.out", "ab")  # noqa: SIM115 - owned by the child
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "RLLOOP_TOKEN"))}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "grader", "serve", "--config", str(self.paths.grader_dir / "config.json")],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,  # our Ctrl-C handling stops it explicitly, after the trial
+        )
+        log.close()
+        deadline = time.monotonic() + ready_timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise GraderError(
+                    f"grading server exited with code {self.proc.returncode} while starting; see "
+                    f"{self.paths.grader_dir / 'server.out'} and {self.paths.grader_dir / 'grader.log'}"
+                )
+            try:
+                health = httpx.get(f"{self.url}/health", timeout=2.0).json()
+                if health.get("ready"):
+                    return dict(health)
+            except (httpx.HTTPError, ValueError):
+                pass
+            if on_wait is not None:
+                on_wait()
+            time.sleep(0.5)
+        self.stop()
+        raise GraderError(f"grading server not ready after {ready_timeout_s:.0f}s; see {self.paths.grader_dir}")
+
+    def _headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"}
+
+    def submit(self, model_path: Path, timeout_s: float = 1800.0) -> dict[str, Any]:
+        response = httpx.post(
+            f"{self.url}/submit", json={"model_path": str(model_path)}, headers=self._headers(), timeout=timeout_s
+        )
+        body = response.json() if response.headers.get("content-type", "").startswith("application/json") else {}
+        if response.status_code >= 400:
+            detail = body.get("detail") if isinstance(body, dict) else None
+            raise GraderError(f"grader refused the submission ({response.status_code}): {detail or response.text}")
+        return dict(body)
+
+    def get(self, path: str) -> Any:
+        response = httpx.get(f"{self.url}{path}", headers=self._headers(), timeout=30.0)
+        response.raise_for_status()
+        return response.json()
+
+    def finalize(self) -> dict[str, Any]:
+        response = httpx.post(f"{self.url}/finalize", headers=self._headers(), timeout=1800.0)
+        if response.status_code >= 400:
+            raise GraderError(f"grader could not finalize ({response.status_code}): {response.text[:300]}")
+        return dict(response.json())
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            self.proc.wait(timeout=10)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=5)

@@ -1,0 +1,82 @@
+"""The research loop as a LangGraph StateGraph, checkpointed to SQLite after every node so a run can resume.
+
+    prepare -> propose -> [approve] -> run_trial -> submit -> record -> (propose | finish)
+
+State holds only plain JSON-able data; live resources (grader process, sandbox, MLflow client) belong to the
+`LoopNodes` object that implements the nodes, so they are rebuilt, not deserialised, when a run resumes.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Protocol, TypedDict
+
+from langgraph.graph import END, START, StateGraph
+
+
+class LoopState(TypedDict, total=False):
+    run_id: str
+    baseline_score: float | None
+    baseline: dict[str, Any]
+    best_score: float | None
+    best_trial_id: str | None
+    trials: list[dict[str, Any]]  # TrialRecord dumps, in order
+    current: dict[str, Any] | None  # the trial in flight
+    submissions: int
+    scores: list[float]  # public score of each counted submission, in order
+    used_s: float  # wall seconds of budget spent, summed across resumes
+    mlflow_parent: str | None
+    feedback: str | None  # a reviewer's rejection reason, for the next proposal
+    stop_reason: str | None
+    status: str  # running | finished | failed | interrupted | terminated
+    final: dict[str, Any]
+    timings: dict[str, float]
+    halt: str | None  # why the loop must stop early (e.g. the proposer's endpoint is gone)
+
+
+class LoopNodes(Protocol):
+    def prepare(self, state: LoopState) -> dict[str, Any]: ...
+    def propose(self, state: LoopState) -> dict[str, Any]: ...
+    def approve(self, state: LoopState) -> dict[str, Any]: ...
+    def run_trial(self, state: LoopState) -> dict[str, Any]: ...
+    def submit(self, state: LoopState) -> dict[str, Any]: ...
+    def record(self, state: LoopState) -> dict[str, Any]: ...
+    def finish(self, state: LoopState) -> dict[str, Any]: ...
+    def stop_reason(self, state: LoopState) -> str | None: ...
+    def needs_approval(self, state: LoopState) -> bool: ...
+
+
+def build_graph(nodes: LoopNodes) -> StateGraph:
+    graph = StateGraph(LoopState)
+    for name in ("prepare", "propose", "approve", "run_trial", "submit", "record", "finish"):
+        graph.add_node(name, getattr(nodes, name))
+
+    def after_prepare_or_record(state: LoopState) -> Literal["propose", "finish"]:
+        return "finish" if nodes.stop_reason(state) else "propose"
+
+    def after_propose(state: LoopState) -> Literal["approve", "run_trial", "record", "finish"]:
+        if state.get("halt"):
+            return "finish"
+        current = state.get("current") or {}
+        if current.get("status") == "failed":  # the proposer itself failed: record it and move on
+            return "record"
+        return "approve" if nodes.needs_approval(state) else "run_trial"
+
+    def after_approve(state: LoopState) -> Literal["run_trial", "record", "finish"]:
+        current = state.get("current") or {}
+        if state.get("status") == "terminated":
+            return "finish"
+        return "record" if current.get("status") == "rejected" else "run_trial"
+
+    def after_trial(state: LoopState) -> Literal["submit", "record"]:
+        current = state.get("current") or {}
+        return "submit" if current.get("status") == "succeeded" else "record"
+
+    graph.add_edge(START, "prepare")
+    graph.add_conditional_edges("prepare", after_prepare_or_record)
+    graph.add_conditional_edges("propose", after_propose)
+    graph.add_conditional_edges("approve", after_approve)
+    graph.add_conditional_edges("run_trial", after_trial)
+    graph.add_edge("submit", "record")
+    graph.add_conditional_edges("record", after_prepare_or_record)
+    graph.add_edge("finish", END)
+    return graph

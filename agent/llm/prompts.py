@@ -1,0 +1,125 @@
+"""The driver model's prompts. Built only from `ProposalContext` (which never holds hidden test data)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from agent.llm.budget import Budget
+from agent.llm.recipes import RecipeCatalog
+from agent.llm.trial_tree import render_trial_tree
+from agent.proposers.base import Proposal, ProposalContext
+
+MAX_FAILURE_CHARS = 6000
+MAX_ECHO_CHARS = 4000
+
+SYSTEM_PROMPT = """\
+You are the research driver of rlloop. You improve a language model's score on a benchmark by proposing one \
+training experiment (a trial) at a time. A trial runs a trainer recipe with hyperparameters, starting from the base \
+model or from an earlier successful trial's checkpoint (init_from = that trial_id). Alternatively a trial may supply \
+a complete Python training script (train_py) that writes a Hugging Face checkpoint. A grader scores each checkpoint on \
+a hidden test set you never see; train on the workspace data (data/train.jsonl, data/valid.jsonl) only.
+A train_py runs in a sandbox with no network, its working directory the workspace, and these environment variables: MODEL_PATH (the checkpoint to start from), DATA_PATH (the folder with train.jsonl and valid.jsonl, one {{"id","prompt","answer"}} object a line), OUTPUT_DIR (save the final model and tokenizer there with save_pretrained, safetensors), and RLLOOP_SMOKE=1 during a smoke run that must train a few steps on a few examples, save, and exit 0. It may import the trainer library (`trainers`) or TRL, transformers and torch directly.
+
+Reply with exactly one JSON object and nothing else, with these keys:
+{schema}"""
+
+
+def proposal_schema(recipes: list[str]) -> dict[str, Any]:
+    """Proposal's JSON schema, with `recipe` narrowed to the known names when there are any."""
+    schema = Proposal.model_json_schema()
+    if recipes:
+        schema["properties"]["recipe"]["enum"] = recipes
+    return schema
+
+
+def _schema_summary() -> str:
+    lines = []
+    for name, info in Proposal.model_fields.items():
+        need = "required" if info.is_required() else "optional"
+        lines.append(f'  "{name}" ({need}): {info.description or ""}')
+    return "\n".join(lines)
+
+
+def system_prompt() -> str:
+    return SYSTEM_PROMPT.format(schema=_schema_summary())
+
+
+def _seconds(value: float) -> str:
+    return f"{value:.0f}s ({value / 60:.1f} min)"
+
+
+def _score(value: float | None) -> str:
+    return "not scored" if value is None else f"{value:.4f}"
+
+
+def proposal_prompt(context: ProposalContext, catalog: RecipeCatalog, budget: Budget | None = None) -> str:
+    """The user message for `propose`: task, budget left, the trainer library, the trial tree, feedback."""
+    best = _score(context.best_score) + (f" (trial {context.best_trial_id})" if context.best_trial_id else "")
+    submissions = "unlimited" if context.submissions_left is None else str(context.submissions_left)
+    resumable = [t.trial_id for t in context.trials if t.status == "succeeded" or t.checkpoint]
+    sections = [
+        "# Task",
+        f"Benchmark: {context.benchmark}",
+        context.benchmark_description.strip(),
+        f"Base model: {context.base_model}",
+        f"Baseline score: {_score(context.baseline_score)}; best so far: {best}",
+        "",
+        "# Budget left",
+        f"Trials left: {context.trials_left}",
+        f"Time left: {_seconds(context.seconds_left)}",
+        f"Submissions left: {submissions}",
+    ]
+    if budget is not None:
+        sections.append(f"Spent so far: {budget.summary()}")
+    sections += [
+        "",
+        "# Trainer library",
+        catalog.render(),
+        "",
+        "# Trials so far (a child continued from its parent's checkpoint)",
+        render_trial_tree(context.trials, context.base_model, context.baseline_score, context.best_trial_id),
+        "",
+        "Checkpoints you may continue from (init_from): "
+        + (", ".join(resumable) if resumable else "none yet"),
+    ]
+    if context.feedback:
+        sections += ["", "# Feedback on your previous proposal (from a person)", context.feedback.strip()]
+    sections += [
+        "",
+        "# Your move",
+        "Propose the next trial. Build on what scored best, avoid repeating what failed, and fit it in the time "
+        "left (estimated_cost_s in seconds). Reply with the JSON object only.",
+    ]
+    return "\n".join(sections)
+
+
+def repair_prompt(proposal: Proposal, failure: str) -> str:
+    """The user message for `repair`: the failing proposal and what went wrong (traceback, log tail)."""
+    failure_text = failure if len(failure) <= MAX_FAILURE_CHARS else "...\n" + failure[-MAX_FAILURE_CHARS:]
+    return "\n".join(
+        [
+            "# Repair a failed trial",
+            "This proposal failed before it could train. Fix it: correct train_py (keep it a complete script) or "
+            "the hyperparameters, changing nothing the failure does not require.",
+            "",
+            "## Failure (error, traceback, log tail)",
+            failure_text.strip(),
+            "",
+            "## The proposal that failed (JSON)",
+            json.dumps(proposal.model_dump(mode="json"), indent=2),
+            "",
+            "Reply with the full corrected proposal as one JSON object only.",
+        ]
+    )
+
+
+def rejection_message(errors: list[str]) -> str:
+    """The feedback turn after a malformed answer: every problem, and what to send instead."""
+    listed = "\n".join(f"- {error}" for error in errors)
+    return f"Your reply was rejected:\n{listed}\nReply again with one JSON object that fixes all of these."
+
+
+def echo(content: str) -> str:
+    """The rejected answer as it is replayed to the model (clipped: it may be huge)."""
+    return content if len(content) <= MAX_ECHO_CHARS else content[:MAX_ECHO_CHARS] + "\n...(truncated)"

@@ -1,0 +1,74 @@
+"""What a proposer sees and what it must return: the contract between the research loop and its brains."""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from pydantic import BaseModel, Field
+
+TrialStatus = Literal["pending", "running", "succeeded", "failed", "rejected", "skipped"]
+
+
+class Proposal(BaseModel):
+    """The next experiment: which recipe, with which hyperparameters, starting from which checkpoint."""
+
+    hypothesis: str = Field(description="What this trial tests, in one sentence.")
+    rationale: str = Field(default="", description="Why, given the trials so far.")
+    recipe: str = Field(description="A trainer recipe name, e.g. 'sft' or 'grpo' (see `python -m trainers --list`).")
+    hyperparameters: dict[str, Any] = Field(
+        default_factory=dict, description="Fields of the recipe's config, e.g. learning_rate, max_steps."
+    )
+    init_from: str | None = Field(
+        default=None, description="trial_id whose checkpoint to continue from; None starts from the base model."
+    )
+    train_py: str | None = Field(
+        default=None, description="Optional training script run instead of the recipe; it must write a checkpoint."
+    )
+    estimated_cost_s: float | None = Field(default=None, description="Estimated compute seconds.")
+
+
+class TrialRecord(BaseModel):
+    """One trial as the loop remembers it: enough for a proposer to learn from and a person to audit."""
+
+    trial_id: str
+    index: int
+    proposal: Proposal
+    status: TrialStatus = "pending"
+    score: float | None = None  # the grader's (public) score of this trial's checkpoint
+    submission_id: int | None = None
+    train_metrics: dict[str, float] = Field(default_factory=dict)
+    error: str | None = None  # one line: what broke
+    log_tail: str = ""
+    duration_s: float = 0.0
+    checkpoint: str | None = None  # path of the trial's output checkpoint (workspace-relative)
+    grading: dict[str, Any] = Field(default_factory=dict)  # the grader's answer to this trial's submission
+    approval: dict[str, Any] | None = None  # who decided, when, why (when the approval policy gated it)
+    sandbox: dict[str, Any] = Field(default_factory=dict)  # backend and image digest the trial ran with
+
+
+class ProposalContext(BaseModel):
+    """Everything a proposer may use to decide. Never contains hidden test data."""
+
+    run_id: str
+    benchmark: str
+    benchmark_description: str
+    base_model: str
+    baseline_score: float | None
+    best_score: float | None
+    best_trial_id: str | None
+    trials: list[TrialRecord]
+    trials_left: int
+    seconds_left: float
+    submissions_left: int | None = None
+    recipes: list[str] = Field(default_factory=list)
+    seed: int = 0
+    feedback: str | None = None  # e.g. a human's rejection reason for the previous proposal
+
+
+@runtime_checkable
+class Proposer(Protocol):
+    """Chooses the next experiment from what earlier trials scored."""
+
+    name: str
+
+    def propose(self, context: ProposalContext) -> Proposal: ...

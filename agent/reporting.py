@@ -1,0 +1,158 @@
+"""What people see: live console lines, a log file readable after a crash, results.csv, the score plot."""
+
+from __future__ import annotations
+
+import csv
+import fcntl
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+RESULTS_COLUMNS = [
+    "run_id",
+    "timestamp",
+    "task",
+    "agent",
+    "driver_model",
+    "base_model",
+    "baseline",
+    "best_score",
+    "improvement",
+    "submissions",
+    "duration_s",
+    "success",
+    "workspace",
+]
+
+
+class Reporter:
+    """Prints progress for a person and writes the same story, timestamped, to the run's log file."""
+
+    def __init__(self, log_file: Path | None, quiet: bool = False) -> None:
+        self.console = Console(highlight=False, quiet=quiet)
+        self.logger = logging.getLogger(f"rlloop.run.{id(self)}")
+        self.logger.setLevel(logging.INFO)
+        self.logger.propagate = False
+        if log_file is not None:
+            log_file.parent.mkdir(parents=True, exist_ok=True)
+            handler = logging.FileHandler(log_file)
+            handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+            self.logger.addHandler(handler)
+
+    def info(self, message: str, style: str | None = None) -> None:
+        self.console.print(message, style=style)
+        self.logger.info(_plain(message))
+
+    def warn(self, message: str) -> None:
+        self.console.print(f"[yellow]warning:[/yellow] {message}")
+        self.logger.warning(_plain(message))
+
+    def error(self, message: str) -> None:
+        self.console.print(f"[red]error:[/red] {message}")
+        self.logger.error(_plain(message))
+
+    @contextmanager
+    def watching(self, label: str, log_path: Path | None = None) -> Iterator[None]:
+        """A live status line (spinner, elapsed time, the newest log line) while something slow runs."""
+        if not self.console.is_terminal or self.console.quiet:
+            yield
+            return
+        stop = threading.Event()
+        started = time.monotonic()
+        with self.console.status(label) as status:
+
+            def refresh() -> None:
+                while not stop.wait(0.5):
+                    tail = _last_line(log_path) if log_path else ""
+                    status.update(f"{label} [dim]{time.monotonic() - started:4.0f}s  {tail[:90]}[/dim]")
+
+            thread = threading.Thread(target=refresh, daemon=True)
+            thread.start()
+            try:
+                yield
+            finally:
+                stop.set()
+                thread.join(timeout=2)
+
+    def close(self) -> None:
+        for handler in list(self.logger.handlers):
+            handler.close()
+            self.logger.removeHandler(handler)
+
+
+def _plain(message: str) -> str:
+    from rich.text import Text
+
+    return Text.from_markup(message).plain
+
+
+def _last_line(path: Path) -> str:
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, 2)
+            size = handle.tell()
+            handle.seek(max(0, size - 2048))
+            lines = [ln for ln in handle.read().decode(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return ""
+    return lines[-1].strip() if lines else ""
+
+
+def append_result_row(results_csv: Path, row: dict[str, Any]) -> None:
+    """Append one row under an exclusive lock, writing the header for a new file; never rewrites earlier rows."""
+    results_csv.parent.mkdir(parents=True, exist_ok=True)
+    with open(results_csv, "a+", newline="") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            handle.seek(0, 2)
+            writer = csv.DictWriter(handle, fieldnames=RESULTS_COLUMNS, extrasaction="ignore")
+            if handle.tell() == 0:
+                writer.writeheader()
+            writer.writerow({k: ("" if row.get(k) is None else row[k]) for k in RESULTS_COLUMNS})
+            handle.flush()
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def read_results(results_csv: Path) -> list[dict[str, str]]:
+    if not results_csv.exists():
+        return []
+    with open(results_csv, newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def plot_scores(path: Path, scores: list[float], baseline: float | None, title: str) -> Path | None:
+    """Score over submissions, with the baseline and the best so far: the picture a reviewer wants."""
+    if not scores:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 3.6), dpi=110)
+    steps = list(range(1, len(scores) + 1))
+    best = [max(scores[: i + 1]) for i in range(len(scores))]
+    ax.plot(steps, scores, "o-", label="submission score")
+    ax.step(steps, best, where="post", linestyle="--", label="best so far")
+    if baseline is not None:
+        ax.axhline(baseline, color="grey", linestyle=":", label=f"baseline {baseline:.3f}")
+    ax.set_xlabel("submission")
+    ax.set_ylabel("score")
+    ax.set_xticks(steps)
+    ax.set_title(title)
+    ax.legend(loc="lower right")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp.png")
+    fig.savefig(tmp)
+    plt.close(fig)
+    tmp.replace(path)
+    return path

@@ -1,0 +1,213 @@
+"""The run service: start, watch, cancel and resume research runs over HTTP, and decide on proposals.
+
+`create_app(settings)` builds the FastAPI app; `rlloop serve` runs it with uvicorn. Runs execute in worker processes
+(see `agent.service.workers`), never inside a request. The OpenAPI schema is at /openapi.json, the docs at /docs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Annotated, Any
+
+from fastapi import FastAPI, HTTPException, status
+from fastapi import Path as PathParam
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import HTMLResponse
+from pydantic import ValidationError
+
+from agent.approvals import list_pending, write_decision
+from agent.service.records import load_record
+from agent.service.schemas import (
+    RUN_ID_PATTERN,
+    RUN_ID_RULE,
+    DecisionRecorded,
+    DecisionRequest,
+    PendingApproval,
+    RunCreated,
+    RunDetail,
+    RunRequest,
+    RunSummary,
+    validate_run_request,
+)
+from agent.service.settings import ServiceSettings
+from agent.service.views import MlflowLinks, run_detail, run_links, run_summary
+from agent.service.workers import RunConflictError, RunNotFoundError, WorkerPool
+from agent.workspace import new_run_id
+from grader.benchmarks import UnknownBenchmarkError, get_benchmark
+
+PAGE = Path(__file__).with_name("page.html")
+ID_REGEX = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,119}$"
+RunId = Annotated[str, PathParam(pattern=ID_REGEX, description="The run's id (`GET /runs`).")]
+TrialId = Annotated[str, PathParam(pattern=ID_REGEX, description="The trial's id, e.g. t01.")]
+
+
+def create_app(settings: ServiceSettings) -> FastAPI:
+    """Build the service for one RLLOOP_HOME. The worker supervisor starts and stops with the app."""
+    settings = settings.model_copy(update={"home": settings.home.resolve()})
+    pool = WorkerPool(settings)
+    mlflow_links = MlflowLinks(settings.mlflow_ui_url, settings.home / "mlartifacts")
+    runs_dir = settings.home / "runs"
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        pool.start()
+        try:
+            yield
+        finally:
+            pool.stop()
+
+    app = FastAPI(
+        title="rlloop run service",
+        version="0.1.0",
+        summary="Start, watch, cancel and resume research runs; approve, edit or reject their proposals.",
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.pool = pool
+
+    def pending_by_run() -> dict[str, list[str]]:
+        grouped: dict[str, list[str]] = {}
+        for run_id, trial in list_pending(runs_dir):
+            grouped.setdefault(run_id, []).append(trial.trial_id)
+        return grouped
+
+    def summary_of(run_id: str, pending: dict[str, list[str]] | None = None) -> RunSummary:
+        run_dir = runs_dir / run_id
+        pending = pending_by_run() if pending is None else pending
+        found = (
+            run_summary(run_dir, pool.record(run_id), pending.get(run_id, [])) if run_dir.is_dir() else None
+        )
+        if found is None:
+            raise HTTPException(status.HTTP_404_NOT_FOUND, f"no run {run_id!r}; GET /runs lists them")
+        return found
+
+    @app.get("/", response_class=HTMLResponse, include_in_schema=False)
+    def page() -> HTMLResponse:
+        """The approvals page: runs and pending proposals, with Approve / Edit / Reject buttons."""
+        return HTMLResponse(PAGE.read_text())
+
+    @app.get("/health")
+    def health() -> dict[str, Any]:
+        """Liveness, and how many workers run now."""
+        return {"status": "ok", "home": str(settings.home), "running": pool.active_count()}
+
+    @app.post("/runs", status_code=status.HTTP_202_ACCEPTED, response_model=RunCreated)
+    def create_run(body: RunRequest) -> RunCreated:
+        """Start a research run in its own worker process.
+
+        The body holds `rlloop run`'s fields (RunConfig); omitted ones take the defaults. The run starts at once when
+        fewer than `max_concurrent_runs` run, else it waits with status `queued`. Poll `links.self` for progress.
+        """
+        values = body.model_dump(exclude_unset=True, mode="json")
+        try:
+            config = validate_run_request(values, settings.home)
+        except ValidationError as exc:
+            raise RequestValidationError(
+                [
+                    {**e, "loc": ("body", *e["loc"])}
+                    for e in exc.errors(include_url=False, include_context=False)
+                ]
+            ) from None
+        try:
+            get_benchmark(config.benchmark)
+        except (UnknownBenchmarkError, TypeError) as exc:
+            message = exc.args[0] if exc.args else str(exc)
+            raise RequestValidationError(
+                [{"loc": ("body", "benchmark"), "msg": str(message), "type": "value_error"}]
+            ) from None
+        run_id = config.run_id or new_run_id(config.benchmark)
+        if not RUN_ID_PATTERN.match(run_id):
+            raise RequestValidationError(
+                [{"loc": ("body", "run_id"), "msg": f"run_id must be {RUN_ID_RULE}", "type": "value_error"}]
+            )
+        values.pop("run_id", None)
+        try:
+            record = pool.submit(run_id, values)
+        except RunConflictError as exc:
+            raise HTTPException(status.HTTP_409_CONFLICT, str(exc)) from None
+        summary = summary_of(run_id)
+        return RunCreated(run_id=run_id, status=summary.status, links=run_links(run_id, record))
+
+    @app.get("/runs", response_model=list[RunSummary])
+    def list_runs() -> list[RunSummary]:
+        """Every run under the service's home (its own and the CLI's): status, baseline, best, submissions."""
+        if not runs_dir.is_dir():
+            return []
+        pending = pending_by_run()
+        found = [run_summary(d, load_record(d), pending.get(d.name, [])) for d in sorted(runs_dir.iterdir())]
+        return [s for s in found if s is not None]
+
+    @app.get("/runs/{run_id}", response_model=RunDetail)
+    def get_run(run_id: RunId) -> RunDetail:
+        """One run with its trials (scores, errors, approvals) from the checkpoint, and its MLflow page."""
+        summary = summary_of(run_id)
+        return run_detail(summary, runs_dir / run_id, pool.record(run_id), mlflow_links)
+
+    @app.post("/runs/{run_id}/cancel", status_code=status.HTTP_202_ACCEPTED, response_model=RunSummary)
+    def cancel_run(run_id: RunId) -> RunSummary:
+        """Stop a run: a queued one leaves the queue; a running one gets SIGTERM, writes its results row and stays
+        resumable (`POST /runs/{run_id}/resume`)."""
+        try:
+            pool.cancel(run_id)
+        except RunNotFoundError as exc:
+            raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc)) from None
+        except RunConflictError as exc:
+            raise HTTPException(status.HTTP_409_CONFLICT, str(exc)) from None
+        return summary_of(run_id)
+
+    @app.post("/runs/{run_id}/resume", status_code=status.HTTP_202_ACCEPTED, response_model=RunSummary)
+    def resume_run(run_id: RunId) -> RunSummary:
+        """Continue a stopped run from its last checkpoint (`rlloop resume`): finished trials are kept."""
+        try:
+            pool.resume(run_id)
+        except RunNotFoundError as exc:
+            raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc)) from None
+        except RunConflictError as exc:
+            raise HTTPException(status.HTTP_409_CONFLICT, str(exc)) from None
+        return summary_of(run_id)
+
+    @app.get("/approvals", response_model=list[PendingApproval])
+    def list_approvals() -> list[PendingApproval]:
+        """Proposals waiting for a decision, across runs."""
+        out: list[PendingApproval] = []
+        for run_id, trial in list_pending(runs_dir):
+            record = pool.record(run_id)
+            active = record is not None and record.state == "running"
+            if record is None:
+                summary = run_summary(runs_dir / run_id, None, [])
+                active = summary is not None and summary.status == "running"
+            proposal = trial.proposal
+            out.append(
+                PendingApproval(
+                    run_id=run_id,
+                    trial_id=trial.trial_id,
+                    index=trial.index,
+                    recipe=proposal.recipe,
+                    hypothesis=proposal.hypothesis,
+                    rationale=proposal.rationale,
+                    hyperparameters=proposal.hyperparameters,
+                    init_from=proposal.init_from,
+                    train_py=proposal.train_py,
+                    estimated_cost_s=proposal.estimated_cost_s,
+                    run_active=active,
+                    decide=f"/approvals/{run_id}/{trial.trial_id}",
+                )
+            )
+        return out
+
+    @app.post("/approvals/{run_id}/{trial_id}", response_model=DecisionRecorded)
+    def decide(run_id: RunId, trial_id: TrialId, body: DecisionRequest) -> DecisionRecorded:
+        """Approve, edit (`set` hyperparameters, `train_py`), reject (with a `reason`) or terminate a waiting
+        proposal. The waiting run picks the decision up within a second; 404 when nothing waits."""
+        decision = body.to_decision()
+        try:
+            path = write_decision(runs_dir / run_id, trial_id, decision)
+        except LookupError as exc:
+            raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc)) from None
+        return DecisionRecorded(
+            run_id=run_id, trial_id=trial_id, decision=decision.model_dump(mode="json"), path=str(path)
+        )
+
+    return app

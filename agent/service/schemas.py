@@ -1,0 +1,218 @@
+"""Request and response bodies of the run service's API (published in its OpenAPI schema)."""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource
+
+from agent.approvals import Decision
+from agent.config import RunConfig
+
+RUN_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,119}$")
+RUN_ID_RULE = "1-120 characters: letters, digits, '.', '_' or '-', starting with a letter or digit"
+
+# Fields the service decides, not the caller: every run it starts lives under the service's RLLOOP_HOME.
+SERVICE_OWNED_FIELDS = frozenset({"home"})
+# Fields RunConfig also accepts as durations ("20m", "1.5h"); the schema says so.
+DURATION_FIELDS = frozenset({"timeout", "trial_timeout", "min_submit_interval", "approval_budget_s"})
+
+
+def _request_fields() -> dict[str, Any]:
+    """RunConfig's fields, minus the service-owned ones; durations accept numbers or strings like '20m'."""
+    fields: dict[str, Any] = {}
+    for name, info in RunConfig.model_fields.items():
+        if name in SERVICE_OWNED_FIELDS:
+            continue
+        if name in DURATION_FIELDS:
+            description = f"{info.description or name} Seconds, or a duration such as 90s, 20m, 1.5h."
+            fields[name] = (float | str, Field(info.default, description=description))
+        else:
+            fields[name] = (info.annotation, info)
+    return fields
+
+
+if TYPE_CHECKING:
+
+    class RunRequest(BaseModel):
+        run_id: str | None
+        benchmark: str
+
+else:
+    RunRequest = create_model(
+        "RunRequest",
+        __config__=ConfigDict(extra="forbid"),
+        __doc__="The fields of `rlloop run` (RunConfig) as JSON; omitted fields take the run defaults.",
+        **_request_fields(),
+    )
+
+
+class _RequestRunConfig(RunConfig):
+    """RunConfig validated from the request alone: the service's own RLLOOP_* environment does not leak in."""
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings,)
+
+
+def validate_run_request(values: dict[str, Any], home: Any) -> RunConfig:
+    """Apply RunConfig's own validators (durations, approval policy). Raises pydantic.ValidationError."""
+    return _RequestRunConfig(**values, home=home)
+
+
+class Links(BaseModel):
+    """Where to look next."""
+
+    self: str
+    cancel: str | None = None
+    resume: str | None = None
+    mlflow: str | None = None
+    page: str = "/"
+
+
+class WorkerView(BaseModel):
+    """The service's worker process for a run (absent for runs started outside the service)."""
+
+    state: Literal["queued", "running", "exited", "cancelled"]
+    command: Literal["run", "resume"]
+    pid: int | None = None
+    created_at: str
+    started_at: str | None = None
+    ended_at: str | None = None
+    exit_code: int | None = None
+    cancel_requested: bool = False
+    auto_resumes: int = 0
+    log: str = Field(description="Path of the worker's stdout/stderr log.")
+
+
+class RunSummary(BaseModel):
+    """One run, as `rlloop runs` shows it, plus what the service knows of its worker."""
+
+    run_id: str
+    status: str = Field(
+        description="queued, running, waiting for approval, finished, terminated, interrupted (resumable), "
+        "stopped (resumable), cancelled or failed."
+    )
+    benchmark: str = ""
+    base_model: str = ""
+    baseline: float | None = None
+    best: float | None = None
+    best_trial_id: str | None = None
+    submissions: int = 0
+    trials: int = 0
+    pending_approvals: list[str] = Field(
+        default_factory=list, description="Trial ids waiting for a decision."
+    )
+    managed: bool = Field(description="True when this service started the run (it can cancel and resume it).")
+    error: str | None = Field(default=None, description="Why the run failed, from its worker's log.")
+    worker: WorkerView | None = None
+    links: Links
+
+
+class TrialView(BaseModel):
+    """One trial of a run, from the checkpointed state."""
+
+    trial_id: str
+    index: int
+    status: str
+    recipe: str
+    hypothesis: str
+    hyperparameters: dict[str, Any] = Field(default_factory=dict)
+    init_from: str | None = None
+    score: float | None = None
+    submission_id: int | None = None
+    error: str | None = None
+    duration_s: float = 0.0
+    train_metrics: dict[str, float] = Field(default_factory=dict)
+    approval: dict[str, Any] | None = None
+
+
+class RunDetail(RunSummary):
+    """A run with its trials, its configuration and its MLflow parent run."""
+
+    config: dict[str, Any] = Field(default_factory=dict)
+    stop_reason: str | None = None
+    current: TrialView | None = Field(default=None, description="The trial in flight, if any.")
+    trial_list: list[TrialView] = Field(default_factory=list, description="Finished trials, in order.")
+    mlflow_parent: str | None = None
+    mlflow_url: str | None = None
+
+
+class RunCreated(BaseModel):
+    """A run accepted by the service: it starts now, or when a slot frees (status `queued`)."""
+
+    run_id: str
+    status: str
+    links: Links
+
+
+class PendingApproval(BaseModel):
+    """A proposal that waits for a reviewer."""
+
+    run_id: str
+    trial_id: str
+    index: int
+    recipe: str
+    hypothesis: str
+    rationale: str = ""
+    hyperparameters: dict[str, Any] = Field(default_factory=dict)
+    init_from: str | None = None
+    train_py: str | None = None
+    estimated_cost_s: float | None = None
+    run_active: bool = Field(
+        description="False when the run is stopped: the decision applies when it resumes."
+    )
+    decide: str = Field(description="POST a DecisionRequest here.")
+
+
+class DecisionRequest(BaseModel):
+    """A reviewer's decision. `edit` changes hyperparameters (`set`), the code (`train_py`) or the recipe."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    action: Literal["approve", "edit", "reject", "terminate"]
+    by: str | None = Field(
+        default=None, max_length=200, description="Who decides (default: the service's user)."
+    )
+    reason: str | None = Field(
+        default=None, max_length=4000, description="Required to reject: fed back to the proposer."
+    )
+    set: dict[str, Any] = Field(default_factory=dict, description="Hyperparameter overrides (edit).")
+    train_py: str | None = Field(default=None, description="Replacement training script (edit).")
+    recipe: str | None = Field(default=None, description="Replacement recipe (edit).")
+
+    @model_validator(mode="after")
+    def _complete(self) -> DecisionRequest:
+        if self.action == "reject" and not (self.reason or "").strip():
+            raise ValueError("a rejection needs a reason: it is fed back to the proposer")
+        if self.action == "edit" and not (self.set or self.train_py is not None or self.recipe):
+            raise ValueError(
+                "an edit needs `set` (hyperparameters), `train_py` or `recipe`; to accept as is, approve"
+            )
+        if self.action != "edit" and (self.set or self.train_py is not None or self.recipe):
+            raise ValueError("`set`, `train_py` and `recipe` only apply to action 'edit'")
+        return self
+
+    def to_decision(self) -> Decision:
+        values = self.model_dump(exclude_none=True)
+        if not values.get("by", "").strip():
+            values.pop("by", None)
+        return Decision(**values)
+
+
+class DecisionRecorded(BaseModel):
+    """The decision as written for the waiting run."""
+
+    run_id: str
+    trial_id: str
+    decision: dict[str, Any]
+    path: str

@@ -1,0 +1,180 @@
+"""Turns what is on disk (run.json, the checkpoint, service.json, approvals) into the API's response bodies."""
+
+from __future__ import annotations
+
+import json
+import threading
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from agent.proposers.base import TrialRecord
+from agent.service.records import REQUEST_NAME, WORKER_LOG_NAME, WorkerRecord
+from agent.service.schemas import Links, RunDetail, RunSummary, TrialView, WorkerView
+from agent.service.workers import last_error
+from agent.status import RunRow, read_state, run_row
+
+
+def run_links(run_id: str, record: WorkerRecord | None, mlflow: str | None = None) -> Links:
+    base = f"/runs/{run_id}"
+    active = record is not None and record.state in ("queued", "running")
+    return Links(
+        self=base,
+        cancel=f"{base}/cancel" if active else None,
+        resume=f"{base}/resume" if record is not None and not active else None,
+        mlflow=mlflow,
+    )
+
+
+def derive_status(record: WorkerRecord | None, row: RunRow | None, pending: list[str]) -> tuple[str, bool]:
+    """(status, failed). The worker's lifecycle when it is queued or running; the run's own state after it."""
+    if record is None:
+        return (row.status if row else "unknown"), False
+    if record.state == "queued":
+        return "queued", False
+    if record.state == "running":
+        return ("waiting for approval" if pending else "running"), False
+    if record.state == "cancelled":
+        return "cancelled", False
+    if row is None:  # the worker ended before the run wrote run.json
+        if record.cancel_requested:
+            return "cancelled", False
+        return ("failed", True) if record.exit_code != 0 else ("finished", False)
+    if row.status in ("finished", "terminated"):
+        return row.status, False
+    if record.cancel_requested or record.exit_code in (None, 0, 130, -2, -15):
+        return row.status, False
+    return "failed", True
+
+
+def _fresh(run_dir: Path, record: WorkerRecord | None, pending: list[str]) -> list[str]:
+    """Pending proposals published by the current worker (a resumed run re-publishes its own when it gets there)."""
+    if record is None or record.state != "running" or not record.started_at:
+        return pending
+    started = datetime.fromisoformat(record.started_at).timestamp() - 1.0
+    fresh = []
+    for trial_id in pending:
+        try:
+            if (run_dir / "approvals" / f"{trial_id}.pending.json").stat().st_mtime >= started:
+                fresh.append(trial_id)
+        except OSError:
+            continue
+    return fresh
+
+
+def worker_view(run_dir: Path, record: WorkerRecord) -> WorkerView:
+    return WorkerView(
+        state=record.state,
+        command=record.command,
+        pid=record.pid,
+        created_at=record.created_at,
+        started_at=record.started_at,
+        ended_at=record.ended_at,
+        exit_code=record.exit_code,
+        cancel_requested=record.cancel_requested,
+        auto_resumes=record.auto_resumes,
+        log=str(run_dir / WORKER_LOG_NAME),
+    )
+
+
+def _requested(run_dir: Path) -> dict[str, Any]:
+    for name in ("run.json", REQUEST_NAME):
+        try:
+            data = json.loads((run_dir / name).read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict):
+            return data
+    return {}
+
+
+def run_summary(run_dir: Path, record: WorkerRecord | None, pending: list[str]) -> RunSummary | None:
+    """None for folders that are neither a run nor one the service started."""
+    row = run_row(run_dir)
+    if row is None and record is None:
+        return None
+    status, failed = derive_status(record, row, _fresh(run_dir, record, pending))
+    requested = _requested(run_dir) if row is None else {}
+    return RunSummary(
+        run_id=run_dir.name,
+        status=status,
+        benchmark=row.benchmark if row else str(requested.get("benchmark", "arith")),
+        base_model=row.base_model if row else str(requested.get("base_model", "tiny-arith")),
+        baseline=row.baseline if row else None,
+        best=row.best if row else None,
+        best_trial_id=row.best_trial_id if row else None,
+        submissions=row.submissions if row else 0,
+        trials=row.trials if row else 0,
+        pending_approvals=pending,
+        managed=record is not None,
+        error=last_error(run_dir) if failed else None,
+        worker=worker_view(run_dir, record) if record else None,
+        links=run_links(run_dir.name, record),
+    )
+
+
+def trial_view(data: dict[str, Any]) -> TrialView:
+    trial = TrialRecord.model_validate(data)
+    return TrialView(
+        trial_id=trial.trial_id,
+        index=trial.index,
+        status=trial.status,
+        recipe=trial.proposal.recipe,
+        hypothesis=trial.proposal.hypothesis,
+        hyperparameters=trial.proposal.hyperparameters,
+        init_from=trial.proposal.init_from,
+        score=trial.score,
+        submission_id=trial.submission_id,
+        error=trial.error,
+        duration_s=trial.duration_s,
+        train_metrics=trial.train_metrics,
+        approval=trial.approval,
+    )
+
+
+class MlflowLinks:
+    """Resolves an MLflow parent run id to its UI page (needs the experiment id); cached, never fatal."""
+
+    def __init__(self, ui_base: str, artifact_root: Path) -> None:
+        self.ui_base = ui_base.rstrip("/")
+        self.artifact_root = artifact_root
+        self._cache: dict[str, str] = {}
+        self._lock = threading.Lock()
+
+    def url(self, parent: str, tracking_uri: str) -> str | None:
+        with self._lock:
+            if parent in self._cache:
+                return self._cache[parent]
+        try:
+            from agent.tracking import Tracker
+
+            url = Tracker(tracking_uri, self.artifact_root).run_url(parent, self.ui_base)
+        except Exception:  # the store is busy or gone: the rest of the page still matters
+            return None
+        with self._lock:
+            self._cache[parent] = url
+        return url
+
+
+def run_detail(
+    summary: RunSummary, run_dir: Path, record: WorkerRecord | None, links: MlflowLinks
+) -> RunDetail:
+    state = read_state(run_dir)
+    config = _requested(run_dir)
+    parent = state.get("mlflow_parent")
+    mlflow_url = None
+    if parent:
+        home = run_dir.parent.parent
+        uri = config.get("mlflow_tracking_uri") or f"sqlite:///{(home / 'mlflow.db').resolve()}"
+        mlflow_url = links.url(str(parent), str(uri))
+    current = state.get("current")
+    return RunDetail(
+        **summary.model_dump(exclude={"links"}),
+        links=run_links(run_dir.name, record, mlflow_url),
+        config=config,
+        stop_reason=state.get("stop_reason"),
+        current=trial_view(current) if current else None,
+        trial_list=[trial_view(t) for t in state.get("trials") or []],
+        mlflow_parent=str(parent) if parent else None,
+        mlflow_url=mlflow_url,
+    )

@@ -1,0 +1,95 @@
+"""What every run under RLLOOP_HOME is doing: read from its checkpoint, summary and pid file, never guessed."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from langgraph.checkpoint.sqlite import SqliteSaver
+
+
+@dataclass
+class RunRow:
+    run_id: str
+    benchmark: str
+    base_model: str
+    status: str
+    baseline: float | None
+    best: float | None
+    submissions: int
+    trials: int
+    best_trial_id: str | None = None
+
+    @staticmethod
+    def fmt(value: float | None) -> str:
+        return "" if value is None else f"{value:.3f}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def pid_alive(pid_file: Path) -> bool:
+    try:
+        pid = int(pid_file.read_text().strip())
+        os.kill(pid, 0)
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+def read_state(run_dir: Path) -> dict[str, Any]:
+    """The loop's last checkpointed state, read straight from the SQLite checkpointer."""
+    db = run_dir / "checkpoints.db"
+    if not db.exists():
+        return {}
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, check_same_thread=False)
+    try:
+        saver = SqliteSaver(conn)
+        found = saver.get_tuple({"configurable": {"thread_id": run_dir.name}})
+        return dict(found.checkpoint.get("channel_values", {})) if found else {}
+    except sqlite3.Error:
+        return {}
+    finally:
+        conn.close()
+
+
+def run_row(run_dir: Path) -> RunRow | None:
+    try:
+        config = json.loads((run_dir / "run.json").read_text())
+    except (OSError, ValueError):
+        return None
+    state = read_state(run_dir)
+    status = str(state.get("status") or "starting")
+    if status == "running" or status == "starting":
+        status = "running" if pid_alive(run_dir / "pid") else "stopped (resumable)"
+    summary_path = run_dir / "summary.json"
+    if summary_path.exists() and status not in ("running",):
+        try:
+            summary = json.loads(summary_path.read_text())
+            if summary.get("status") == "interrupted" and state.get("status") not in ("finished", "terminated"):
+                status = "interrupted (resumable)"
+        except ValueError:
+            pass
+    return RunRow(
+        run_id=run_dir.name,
+        benchmark=str(config.get("benchmark", "")),
+        base_model=str(config.get("base_model", "")),
+        status=status,
+        baseline=state.get("baseline_score"),
+        best=state.get("best_score"),
+        submissions=int(state.get("submissions") or 0),
+        trials=len(state.get("trials") or []),
+        best_trial_id=state.get("best_trial_id"),
+    )
+
+
+def collect_runs(home: Path) -> list[RunRow]:
+    runs_dir = home / "runs"
+    if not runs_dir.is_dir():
+        return []
+    rows = [run_row(d) for d in sorted(runs_dir.iterdir()) if d.is_dir()]
+    return [r for r in rows if r is not None]

@@ -1,0 +1,111 @@
+"""Pydantic configs for the grader: how a model is evaluated (`EvalConfig`) and how a grading server runs.
+
+`EvalConfig.identity()` is part of every score's identity: a baseline cached under one config is never reused for
+another, so changing the prompt format, sampling or sample limit always re-scores the baseline.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+
+class EvalConfig(BaseModel):
+    """How a checkpoint is evaluated. Greedy decoding unless `temperature` > 0."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    prompt_format: str = "default"  # a name from the benchmark's `prompt_formats` ("default" = Sample.prompt)
+    few_shot: int = Field(default=0, ge=0, le=64)  # exemplars drawn from the *train* split, never test
+    temperature: float = Field(default=0.0, ge=0.0, le=5.0)  # 0 = greedy
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
+    seed: int = 0  # sampling, few-shot exemplar choice and bootstrap resampling
+    max_new_tokens: int | None = Field(default=None, ge=1, le=8192)  # None = the benchmark's budget
+    batch_size: int = Field(default=64, ge=1, le=4096)
+    limit: int | None = Field(default=None, ge=1)  # evaluate only the first `limit` samples
+    bootstrap_resamples: int = Field(default=1000, ge=100, le=100_000)
+    engine: Literal["auto", "hf", "vllm"] = "auto"  # auto = vLLM when importable and a GPU is present
+
+    @property
+    def do_sample(self) -> bool:
+        return self.temperature > 0.0
+
+    def identity(self) -> str:
+        """Stable hash of every field that can change a score (the engine is left out: same decoding, same score)."""
+        fields = self.model_dump(exclude={"engine", "batch_size"})
+        blob = json.dumps(fields, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+class CheckpointLimits(BaseModel):
+    """What a submitted folder may contain before the grader even opens it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_total_bytes: int = Field(default=20 * 1024**3, ge=1)
+    max_files: int = Field(default=64, ge=1)
+
+
+class GraderConfig(BaseModel):
+    """`python -m grader serve --config FILE`: FILE is this model as JSON."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    run_id: str = Field(min_length=1, max_length=128)
+    benchmark: str
+    base_model: Path  # HF checkpoint folder the run starts from; the baseline is its score
+    private_dir: Path  # grader-only: test.jsonl, store.db, grader.log; never inside an allowed root
+    scores_mirror: Path | None = None  # scores.json for people; written atomically, never read back
+    token: str = Field(min_length=8)
+    host: str = "127.0.0.1"
+    port: int = Field(default=8765, ge=0, le=65535)
+    allowed_roots: list[Path] = Field(min_length=1)  # submissions must resolve inside one of these
+    max_submissions: int | None = Field(default=None, ge=1)
+    min_interval_s: float = Field(default=0.0, ge=0.0)
+    public_fraction: float | None = Field(default=None, ge=0.0, lt=1.0)  # Kaggle-style public share of test
+    split_seed: int = 0  # which test samples are public
+    eval: EvalConfig = Field(default_factory=EvalConfig)
+    limits: CheckpointLimits = Field(default_factory=CheckpointLimits)
+    torch_threads: int | None = Field(default=None, ge=1)
+    max_crash_retries: int = Field(default=1, ge=0)  # re-evaluations of a submission the grader died during
+
+    @field_validator("run_id")
+    @classmethod
+    def _safe_run_id(cls, value: str) -> str:
+        if not all(c.isalnum() or c in "-_." for c in value):
+            raise ValueError("run_id may only contain letters, digits, '-', '_' and '.'")
+        return value
+
+    @model_validator(mode="after")
+    def _private_dir_outside_roots(self) -> GraderConfig:
+        private = self.private_dir.resolve()
+        for root in self.allowed_roots:
+            resolved = root.resolve()
+            if private == resolved or resolved in private.parents or private in resolved.parents:
+                raise ValueError(
+                    f"private_dir {self.private_dir} overlaps allowed root {root}; "
+                    "put the grader's private folder outside every submission root"
+                )
+        return self
+
+    @property
+    def split_enabled(self) -> bool:
+        return bool(self.public_fraction)
+
+    @classmethod
+    def from_file(cls, path: Path) -> GraderConfig:
+        """Read and validate a config file; raises ValueError with one readable line on any problem."""
+        try:
+            raw = Path(path).read_text()
+        except OSError as exc:
+            raise ValueError(f"cannot read grader config {path}: {exc.strerror}") from None
+        try:
+            return cls.model_validate_json(raw)
+        except ValueError as exc:
+            first = str(exc).splitlines()
+            detail = "; ".join(line.strip() for line in first[1:3]) if len(first) > 1 else str(exc)
+            raise ValueError(f"invalid grader config {path}: {detail}") from None

@@ -1,0 +1,292 @@
+"""Run each trial in its own Docker container, with the workspace as the only writable place.
+
+Paths are the same inside as on the host (the workspace and every mount are bound at their host path), so configs
+written by the host work unchanged. The container has no network (or, with `network="grader"`, only the grading
+server), no capabilities, no new privileges, a read-only root filesystem with a small tmpfs /tmp, a non-root user,
+memory without swap, a CPU share, a process cap and a per-file size cap; the workspace's growth is watched for
+`max_output_mb`. Output is read straight from the container (the engine keeps no log of its own, so a command that
+prints gigabytes cannot fill the host disk) into the capped log. The container is removed whatever happens.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from sandbox import reaper
+from sandbox.base import SandboxRequest, SandboxResult
+from sandbox.dockerlib import docker_sdk
+from sandbox.grader_net import GraderNetwork, remove_leftovers
+from sandbox.images import TRAINER_IMAGE
+from sandbox.logstream import CappedLog
+from sandbox.output_watch import OutputWatch
+
+MANAGED_LABEL = "rlloop.managed"
+SANDBOX_UID = 1000  # the image's `rlloop` user; a root-owned workspace is handed to it
+TMPFS_MB = 512
+
+
+def _client(timeout: int = 60) -> Any:
+    docker = docker_sdk()
+
+    return docker.from_env(timeout=timeout)
+
+
+class DockerSandbox:
+    """One container per trial (see the module docstring for the limits it sets)."""
+
+    name = "docker"
+
+    def __init__(
+        self,
+        image: str = TRAINER_IMAGE,
+        grace_s: float = 5.0,
+        output_poll_s: float = 2.0,
+        tmpfs_mb: int = TMPFS_MB,
+        client: Any = None,
+    ) -> None:
+        self.image = image
+        self.grace_s = grace_s
+        self.output_poll_s = output_poll_s
+        self.tmpfs_mb = tmpfs_mb
+        self.client = client or _client()
+        self._networks: dict[str, GraderNetwork] = {}
+        self._lock = threading.Lock()
+        atexit.register(self.close)
+
+    # -- one run -------------------------------------------------------------------------------------------
+    def run(self, request: SandboxRequest) -> SandboxResult:
+        _check(request)
+        docker = docker_sdk()
+
+        try:
+            image = self.client.images.get(self.image)
+        except docker.errors.ImageNotFound as exc:
+            raise RuntimeError(f"image {self.image} not found: build it with `rlloop sandbox build`") from exc
+        user = self._user_for(request.workspace)
+        env = {
+            "HOME": str(request.workspace),
+            "LANG": "C.UTF-8",
+            "PYTHONUNBUFFERED": "1",
+            **request.env,
+        }
+        network_kw: dict[str, Any] = {"network_mode": "none"}
+        if request.network == "grader":
+            gate = self._grader_network(request.grader_url or "")
+            network_kw = {"network": gate.name}
+            env["RLLOOP_GRADER_URL"] = gate.url
+        log = CappedLog(request.log_path, request.max_log_bytes)
+        labels = {MANAGED_LABEL: "true", **request.labels}
+        started = time.monotonic()
+        container = self.client.containers.create(
+            self.image,
+            command=request.command,
+            working_dir=str(request.workspace),
+            user=user,
+            environment=env,
+            labels=labels,
+            volumes=self._volumes(request),
+            tmpfs={"/tmp": f"rw,nosuid,nodev,size={self.tmpfs_mb}m,mode=1777"},
+            read_only=True,
+            cap_drop=["ALL"],
+            security_opt=["no-new-privileges"],
+            init=True,
+            log_config=docker.types.LogConfig(type="none"),
+            ulimits=_ulimits(request),
+            detach=True,
+            **network_kw,
+            **_limits(request),
+        )
+        interrupted = threading.Event()
+
+        def stop_from_outside() -> None:
+            interrupted.set()
+            _kill(container)
+
+        reaper.register(container.id, stop_from_outside)
+        timed_out = output_exceeded = False
+        reader: threading.Thread | None = None
+        try:
+            stream = container.attach(stdout=True, stderr=True, stream=True, logs=False)
+            reader = threading.Thread(target=_pump_stream, args=(stream, log), daemon=True)
+            reader.start()
+            container.start()
+            exited = threading.Event()
+            waiter = threading.Thread(target=_wait, args=(container, exited), daemon=True)
+            waiter.start()
+            watch = OutputWatch(request.workspace, request.max_output_mb)
+            deadline = started + request.timeout_s
+            next_watch = started + self.output_poll_s
+            while not exited.is_set() and not interrupted.is_set():
+                now = time.monotonic()
+                if now >= deadline:
+                    timed_out = True
+                    break
+                if now >= next_watch:
+                    next_watch = now + self.output_poll_s
+                    if watch.exceeded():
+                        output_exceeded = True
+                        break
+                exited.wait(timeout=min(0.5, deadline - now, max(0.01, next_watch - now)))
+            if timed_out:
+                log.note(f"wall-clock limit of {request.timeout_s:g}s reached: stopping the container")
+            if output_exceeded:
+                log.note(
+                    f"the workspace grew by {watch.peak_growth // 2**20} MB, past max_output_mb="
+                    f"{request.max_output_mb}: stopping the container"
+                )
+            if not exited.is_set():
+                with contextlib.suppress(Exception):
+                    container.stop(timeout=0 if interrupted.is_set() else max(1, round(self.grace_s)))
+                exited.wait(timeout=30)
+            if reader is not None:
+                reader.join(timeout=10)
+            container.reload()
+            state = container.attrs["State"]
+        except BaseException:
+            _kill(container)
+            raise
+        finally:
+            reaper.unregister(container.id)
+            with contextlib.suppress(Exception):
+                container.remove(force=True)
+        oom = bool(state.get("OOMKilled"))
+        if oom:
+            log.note(f"out of memory: the container went over memory_mb={request.memory_mb}")
+        log.close()
+        killed_by_us = timed_out or output_exceeded or interrupted.is_set()
+        return SandboxResult(
+            exit_code=None if killed_by_us else int(state.get("ExitCode", -1)),
+            log_path=request.log_path,
+            duration_s=time.monotonic() - started,
+            timed_out=timed_out,
+            oom_killed=oom,
+            interrupted=interrupted.is_set(),
+            output_limit_exceeded=output_exceeded,
+            log_tail=log.tail(),
+            backend=self.name,
+            image_digest=image.id,
+        )
+
+    # -- pieces --------------------------------------------------------------------------------------------
+    def _user_for(self, workspace: Path) -> str:
+        """Run as the workspace's owner; a root-owned workspace is handed to the image's `rlloop` user."""
+        st = workspace.stat()
+        if st.st_uid != 0:
+            return f"{st.st_uid}:{st.st_gid}"
+        for root, dirs, files in os.walk(workspace):
+            for name in [*dirs, *files]:
+                with contextlib.suppress(FileNotFoundError):
+                    os.chown(os.path.join(root, name), SANDBOX_UID, SANDBOX_UID, follow_symlinks=False)
+        os.chown(workspace, SANDBOX_UID, SANDBOX_UID)
+        return f"{SANDBOX_UID}:{SANDBOX_UID}"
+
+    @staticmethod
+    def _volumes(request: SandboxRequest) -> dict[str, dict[str, str]]:
+        volumes = {str(request.workspace): {"bind": str(request.workspace), "mode": "rw"}}
+        for mount in request.mounts:
+            volumes[str(mount.source)] = {
+                "bind": str(mount.target or mount.source),
+                "mode": "ro" if mount.read_only else "rw",
+            }
+        return volumes
+
+    def _grader_network(self, grader_url: str) -> GraderNetwork:
+        if not grader_url:
+            raise ValueError("network='grader' needs grader_url (the grading server's http://host:port)")
+        with self._lock:
+            gate = self._networks.get(grader_url)
+            if gate is None:
+                gate = self._networks[grader_url] = GraderNetwork(self.client, grader_url)
+            return gate
+
+    # -- cleanup -------------------------------------------------------------------------------------------
+    def cleanup(self, labels: dict[str, str] | None = None) -> int:
+        """Remove every rlloop container carrying `labels` (all of them when None); when None, also leftover
+        grader networks of other processes. Returns how many containers were removed."""
+        wanted = {MANAGED_LABEL: "true", **(labels or {})}
+        filters = {"label": [f"{k}={v}" for k, v in wanted.items()]}
+        removed = 0
+        for container in self.client.containers.list(all=True, filters=filters):
+            with contextlib.suppress(Exception):
+                container.remove(force=True)
+                removed += 1
+        if labels is None:
+            with self._lock:
+                live = {gate.name for gate in self._networks.values()}
+            remove_leftovers(self.client, keep=live)
+        return removed
+
+    def close(self) -> None:
+        """Drop this sandbox's grader networks, relays and firewall chains."""
+        with self._lock:
+            gates = list(self._networks.values())
+            self._networks.clear()
+        for gate in gates:
+            gate.close()
+
+
+def _limits(request: SandboxRequest) -> dict[str, Any]:
+    docker = docker_sdk()
+
+    kw: dict[str, Any] = {}
+    if request.memory_mb is not None:
+        kw["mem_limit"] = f"{request.memory_mb}m"
+        kw["memswap_limit"] = f"{request.memory_mb}m"  # equal to mem_limit: no swap
+    if request.cpus is not None:
+        kw["nano_cpus"] = int(request.cpus * 1e9)
+    if request.max_processes is not None:
+        kw["pids_limit"] = request.max_processes
+    if request.gpus:
+        kw["device_requests"] = [
+            docker.types.DeviceRequest(device_ids=[str(g) for g in request.gpus], capabilities=[["gpu"]])
+        ]
+    return kw
+
+
+def _ulimits(request: SandboxRequest) -> list[Any]:
+    docker = docker_sdk()
+
+    limits = []
+    if request.max_output_mb is not None:
+        size = request.max_output_mb * 1024 * 1024
+        limits.append(docker.types.Ulimit(name="fsize", soft=size, hard=size))
+    if request.cpu_time_s is not None:
+        limits.append(docker.types.Ulimit(name="cpu", soft=request.cpu_time_s, hard=request.cpu_time_s + 5))
+    return limits
+
+
+def _pump_stream(stream: Any, log: CappedLog) -> None:
+    with contextlib.suppress(Exception):
+        for chunk in stream:
+            log.write(chunk)
+
+
+def _wait(container: Any, exited: threading.Event) -> None:
+    with contextlib.suppress(Exception):
+        container.wait()
+    exited.set()
+
+
+def _kill(container: Any) -> None:
+    with contextlib.suppress(Exception):
+        container.kill()
+
+
+def _check(request: SandboxRequest) -> None:
+    if not request.command:
+        raise ValueError("sandbox request has an empty command: pass the program and its arguments as a list")
+    if not request.workspace.is_absolute() or not request.workspace.is_dir():
+        raise ValueError(
+            f"workspace {request.workspace} must be an existing folder given by its absolute path"
+        )
+    for mount in request.mounts:
+        if not mount.source.exists():
+            raise ValueError(f"mount source {mount.source} does not exist: create it or drop the mount")
+    if request.network not in ("none", "grader"):
+        raise ValueError(f"unknown network {request.network!r}: use 'none' or 'grader'")

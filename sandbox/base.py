@@ -1,0 +1,91 @@
+"""The contract every sandbox backend meets: run one command in a workspace, within limits, and report how it went."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+from pydantic import BaseModel, Field
+
+
+class Mount(BaseModel):
+    """A host path made visible to the command (read-only unless said otherwise)."""
+
+    source: Path
+    target: Path | None = None  # where the command sees it; same path as on the host when None
+    read_only: bool = True
+
+
+class SandboxRequest(BaseModel):
+    """What to run, where, and within which limits."""
+
+    command: list[str]
+    workspace: Path  # mounted read-write; the command's working directory
+    log_path: Path  # stdout and stderr of the command, streamed while it runs
+    timeout_s: float = 600.0  # wall-clock limit
+    memory_mb: int | None = 4096  # resident memory limit (no swap where the backend can enforce it)
+    cpus: float | None = None  # CPU share; None means the backend's default
+    cpu_time_s: int | None = None  # CPU-seconds limit (local backend: RLIMIT_CPU)
+    max_processes: int | None = 256
+    max_log_bytes: int = 50 * 1024 * 1024  # log is truncated past this, with a marker line
+    max_output_mb: int | None = 4096  # files written under the workspace, where the backend can enforce it
+    gpus: list[int] = Field(default_factory=list)  # device indices handed to this command alone
+    env: dict[str, str] = Field(default_factory=dict)  # on top of a scrubbed minimal environment
+    mounts: list[Mount] = Field(default_factory=list)
+    network: str = "none"  # "none", or "grader" (only the grading server reachable)
+    grader_url: str | None = None
+    labels: dict[str, str] = Field(default_factory=dict)  # e.g. rlloop.run, rlloop.trial
+
+
+class SandboxResult(BaseModel):
+    """How a command ended. `exit_code` is None when it was killed before it could exit by itself."""
+
+    exit_code: int | None
+    log_path: Path
+    duration_s: float
+    timed_out: bool = False
+    oom_killed: bool = False
+    interrupted: bool = False
+    output_limit_exceeded: bool = False  # wrote more than max_output_mb under the workspace (stopped)
+    log_tail: str = ""
+    backend: str = ""
+    image_digest: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return (
+            self.exit_code == 0
+            and not self.timed_out
+            and not self.oom_killed
+            and not self.interrupted
+            and not self.output_limit_exceeded
+        )
+
+    def reason(self) -> str:
+        """One line a person can act on."""
+        if self.interrupted:
+            return "interrupted"
+        if self.timed_out:
+            return f"timed out after {self.duration_s:.0f}s"
+        if self.output_limit_exceeded:
+            return "killed: wrote more than max_output_mb under the workspace (write less or raise the limit)"
+        if self.oom_killed:
+            return "killed: out of memory (raise memory_mb or lower the batch size)"
+        if self.exit_code != 0:
+            return f"exited with code {self.exit_code}"
+        return "ok"
+
+
+@runtime_checkable
+class Sandbox(Protocol):
+    """A place to run untrusted training code."""
+
+    name: str
+
+    def run(self, request: SandboxRequest) -> SandboxResult:
+        """Run the command to completion (or until a limit), streaming its output to `request.log_path`."""
+        ...
+
+    def cleanup(self, labels: dict[str, str] | None = None) -> int:
+        """Stop whatever this backend started that carries these labels; return how many were stopped."""
+        ...

@@ -1,0 +1,257 @@
+"""Build the trainer images: a wheelhouse made on the host, a context with the rlloop packages, `docker build`.
+
+Online (a registry answers) the Dockerfile's own `FROM python:3.11-slim` is used. Offline the base is made here:
+`debootstrap --variant=minbase bookworm` with python3, venv and pip, imported as `rlloop/base:bookworm` (bookworm's
+python3 is 3.11, like the host, so the host's wheels fit). Every input (Dockerfile, pinned requirements, wheel
+names, base, rlloop sources) goes into one hash stored as the image label `rlloop.inputs`, so `docker_status()` can
+tell a current image from a stale one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from sandbox.dockerlib import docker_sdk
+
+TRAINER_IMAGE = "rlloop/trainer:cpu"
+TRAINER_GPU_IMAGE = "rlloop/trainer:gpu"
+OFFLINE_BASE = "rlloop/base:bookworm"
+ONLINE_BASE = "python:3.11-slim"
+INPUTS_LABEL = "rlloop.inputs"
+# What trials need inside the image (not mlflow/langgraph/fastapi: those stay on the host).
+RUNTIME_PACKAGES = (
+    "torch",
+    "transformers",
+    "trl",
+    "accelerate",
+    "datasets",
+    "tokenizers",
+    "safetensors",
+    "peft",
+    "pydantic",
+    "pyyaml",
+)
+PACKAGES = ("agent", "sandbox", "grader", "trainers")
+DEBIAN_MIRROR = "http://deb.debian.org/debian"
+
+Say = Callable[[str], None]
+
+
+def project_root() -> Path:
+    root = Path(__file__).resolve().parents[1]
+    if not (root / "pyproject.toml").is_file():
+        raise RuntimeError(f"no pyproject.toml in {root}: build images from a source checkout of rlloop")
+    return root
+
+
+def dockerfile(gpu: bool) -> Path:
+    return project_root() / "docker" / ("trainer-gpu.Dockerfile" if gpu else "trainer.Dockerfile")
+
+
+def pinned_requirements() -> list[str]:
+    """The runtime packages at the versions installed on this host (local build tags like +cpu kept off)."""
+    lines = []
+    for name in RUNTIME_PACKAGES:
+        try:
+            version = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError as exc:
+            raise RuntimeError(f"{name} is not installed on this host: `pip install -e .` first") from exc
+        lines.append(f"{name}=={version.split('+')[0]}")
+    return lines
+
+
+def source_files() -> list[Path]:
+    root = project_root()
+    files = [root / "pyproject.toml"]
+    for package in PACKAGES:
+        files += sorted(
+            p for p in (root / package).rglob("*") if p.is_file() and "__pycache__" not in p.parts
+        )
+    return files
+
+
+def inputs_hash(gpu: bool = False, base: str | None = None, requirements: list[str] | None = None) -> str:
+    """Hash of everything the image is built from; its label says which inputs it was built with."""
+    root = project_root()
+    digest = hashlib.sha256()
+    digest.update(dockerfile(gpu).read_bytes())
+    digest.update((base or "").encode())
+    digest.update("\n".join(requirements if requirements is not None else pinned_requirements()).encode())
+    for path in source_files():
+        digest.update(str(path.relative_to(root)).encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def registry_reachable(host: str = "registry-1.docker.io", timeout_s: float = 3.0) -> bool:
+    try:
+        with socket.create_connection((host, 443), timeout=timeout_s):
+            return True
+    except OSError:
+        return False
+
+
+def wheelhouse_dir() -> Path:
+    return Path(os.environ.get("RLLOOP_WHEELHOUSE", project_root() / ".wheelhouse"))
+
+
+def build_wheelhouse(requirements: list[str], say: Say = print) -> Path:
+    """pip-download the runtime deps (pinned to this host's versions) into the cached wheelhouse."""
+    house = wheelhouse_dir()
+    house.mkdir(parents=True, exist_ok=True)
+    wanted = "\n".join(requirements) + "\n"
+    stamp = house / ".complete"
+    if stamp.exists() and stamp.read_text() == wanted:
+        say(f"wheelhouse {house} is up to date ({len(list(house.glob('*.whl')))} wheels)")
+        return house
+    frozen = subprocess.run(
+        [sys.executable, "-m", "pip", "freeze", "--exclude-editable"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    constraints = house / "host-constraints.txt"
+    # local version tags (torch==2.13.0+cpu) and direct references cannot be constraints; drop them
+    constraints.write_text(
+        "\n".join(line.split("+")[0] for line in frozen.splitlines() if "==" in line and " @ " not in line)
+        + "\n"
+    )
+    say(f"downloading wheels for {', '.join(requirements)} into {house} (cached for next builds)")
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--only-binary=:all:",
+        "-d",
+        str(house),
+        "-c",
+        str(constraints),
+    ]
+    result = subprocess.run([*cmd, *requirements], text=True, capture_output=True)
+    if result.returncode != 0:
+        raise RuntimeError(f"pip download failed (exit {result.returncode}):\n{result.stderr[-3000:]}")
+    (house / "requirements.txt").write_text(wanted)
+    stamp.write_text(wanted)
+    say(f"wheelhouse ready: {len(list(house.glob('*.whl')))} wheels")
+    return house
+
+
+def build_offline_base(docker_client: object, say: Say = print, rebuild: bool = False) -> str:
+    """Make `rlloop/base:bookworm` from Debian packages with debootstrap (no registry needed)."""
+    docker = docker_sdk()
+
+    client: Any = docker_client
+    if not rebuild:
+        try:
+            client.images.get(OFFLINE_BASE)
+            say(f"base image {OFFLINE_BASE} present")
+            return OFFLINE_BASE
+        except docker.errors.ImageNotFound:
+            pass
+    if os.geteuid() != 0:
+        raise RuntimeError("building the offline base needs root (debootstrap): run as root or use --online")
+    if shutil.which("debootstrap") is None:
+        say("installing debootstrap with apt-get")
+        subprocess.run(["apt-get", "install", "-y", "-qq", "debootstrap"], check=True)
+    with tempfile.TemporaryDirectory(prefix="rlloop-rootfs-") as tmp:
+        rootfs = Path(tmp) / "rootfs"
+        say(f"debootstrap bookworm into {rootfs} (a few minutes)")
+        subprocess.run(
+            [
+                "debootstrap",
+                "--variant=minbase",
+                "--include=python3,python3-venv,python3-pip,ca-certificates,passwd",
+                "bookworm",
+                str(rootfs),
+                DEBIAN_MIRROR,
+            ],
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
+        for junk in ("var/cache/apt/archives", "var/lib/apt/lists"):
+            for item in (rootfs / junk).glob("*"):
+                if item.is_file():
+                    item.unlink()
+        say(f"importing {rootfs} as {OFFLINE_BASE}")
+        tar = subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE)
+        subprocess.run(
+            ["docker", "import", "-c", 'CMD ["/bin/bash"]', "-", OFFLINE_BASE], stdin=tar.stdout, check=True
+        )
+        if tar.wait() != 0:
+            raise RuntimeError("tar of the debootstrap root failed")
+    return OFFLINE_BASE
+
+
+def _assemble_context(ctx: Path, gpu: bool, house: Path) -> None:
+    root = project_root()
+    shutil.copy(dockerfile(gpu), ctx / "Dockerfile")
+    wheels = ctx / "wheelhouse"
+    wheels.mkdir()
+    if not gpu:
+        for item in house.iterdir():
+            if item.suffix == ".whl":
+                try:
+                    os.link(item, wheels / item.name)
+                except OSError:
+                    shutil.copy(item, wheels / item.name)
+    shutil.copy(house / "requirements.txt", wheels / "requirements.txt")
+    src = ctx / "src"
+    src.mkdir()
+    shutil.copy(root / "pyproject.toml", src / "pyproject.toml")
+    readme = root / "README.md"
+    (src / "README.md").write_text(readme.read_text() if readme.exists() else "rlloop\n")
+    for package in PACKAGES:
+        shutil.copytree(root / package, src / package, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+
+
+def build_image(gpu: bool = False, offline: bool | None = None, say: Say = print) -> str:
+    """Build the trainer image and return its tag. `offline=None` decides by whether a registry answers."""
+    docker = docker_sdk()
+
+    client = docker.from_env(timeout=600)
+    client.ping()
+    if offline is None:
+        offline = not registry_reachable()
+        say(f"registry {'unreachable: building offline' if offline else 'reachable: building online'}")
+    if gpu and offline:
+        raise RuntimeError(
+            "the GPU image needs a registry (CUDA base image) and PyPI: build it with --online"
+        )
+    base = build_offline_base(client, say) if offline else None
+    requirements = pinned_requirements()
+    if gpu:
+        house = wheelhouse_dir()
+        house.mkdir(parents=True, exist_ok=True)
+        (house / "requirements.txt").write_text("\n".join(requirements) + "\n")
+    else:
+        house = build_wheelhouse(requirements, say)
+    tag = TRAINER_GPU_IMAGE if gpu else TRAINER_IMAGE
+    digest = inputs_hash(gpu, base, requirements)
+    buildargs = {"RLLOOP_INPUTS": digest}
+    if base:
+        buildargs["BASE_IMAGE"] = base
+    with tempfile.TemporaryDirectory(prefix="rlloop-build-", dir=house.parent) as tmp:
+        ctx = Path(tmp)
+        _assemble_context(ctx, gpu, house)
+        say(f"docker build {tag} (inputs {digest})")
+        for event in client.api.build(
+            path=str(ctx), tag=tag, buildargs=buildargs, rm=True, forcerm=True, decode=True, pull=not offline
+        ):
+            if "error" in event:
+                raise RuntimeError(f"docker build failed: {event['error'].strip()}")
+            line = str(event.get("stream", "")).rstrip()
+            if line.startswith("Step ") or line.startswith("Successfully"):
+                say(line)
+    say(f"built {tag}")
+    return tag

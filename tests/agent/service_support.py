@@ -1,0 +1,75 @@
+"""A real uvicorn server for the run service on 127.0.0.1, in a thread of the test process."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
+from pathlib import Path
+from typing import Any
+
+import httpx
+import uvicorn
+
+from agent.service import ServiceSettings, create_app
+
+ACTIVE = ("queued", "running", "waiting for approval")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextmanager
+def running_service(home: Path, **settings: Any) -> Iterator[httpx.Client]:
+    """Start the service on a free port; on exit, stop it and SIGKILL any worker it left (no orphans)."""
+    config = ServiceSettings(home=home, poll_interval_s=0.2, **settings)
+    app = create_app(config)
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "the service did not start"
+        time.sleep(0.05)
+    client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30)
+    try:
+        yield client
+    finally:
+        client.close()
+        server.should_exit = True
+        thread.join(timeout=30)
+
+
+def kill_workers(home: Path) -> None:
+    """SIGKILL the process group of every worker recorded under `home` that still runs."""
+    from agent.service.records import load_record, same_process_alive
+
+    for run_dir in (home / "runs").glob("*"):
+        record = load_record(run_dir)
+        if record and record.pid and same_process_alive(record.pid, record.process_start):
+            with suppress(ProcessLookupError):
+                os.killpg(record.pid, signal.SIGKILL)
+
+
+def wait_for(
+    client: httpx.Client, run_id: str, done: Callable[[dict[str, Any]], bool], timeout: float = 120
+) -> dict[str, Any]:
+    """Poll GET /runs/{run_id} until `done(body)`; fail with the last body otherwise."""
+    deadline = time.monotonic() + timeout
+    body: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        response = client.get(f"/runs/{run_id}")
+        if response.status_code == 200:
+            body = response.json()
+            if done(body):
+                return body
+        time.sleep(0.3)
+    raise AssertionError(f"run {run_id} never reached the expected state; last: {body}")

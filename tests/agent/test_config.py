@@ -1,0 +1,43 @@
+"""Run configuration: durations, env vars and flags of the same names, clear errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from agent.config import RunConfig, load_config_file, parse_duration
+
+
+def test_durations() -> None:
+    assert parse_duration("20m") == 1200
+    assert parse_duration("1.5h") == 5400
+    assert parse_duration("90") == 90
+    with pytest.raises(ValueError, match="duration"):
+        parse_duration("soon")
+
+
+def test_env_vars_use_the_flag_names(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RLLOOP_LOOP_N", "7")
+    monkeypatch.setenv("RLLOOP_TIMEOUT", "5m")
+    config = RunConfig()
+    assert config.loop_n == 7 and config.timeout == 300
+    assert RunConfig(loop_n=2).loop_n == 2  # explicit values (CLI flags) win
+
+
+def test_bad_values_are_rejected_with_the_field_name() -> None:
+    with pytest.raises(ValidationError, match="loop_n"):
+        RunConfig(loop_n=0)
+    with pytest.raises(ValidationError, match="approval"):
+        RunConfig(approval="sometimes")
+    assert RunConfig(approval="code, budget").approval == "code,budget"
+
+
+def test_config_file(tmp_path: Path) -> None:
+    path = tmp_path / "run.yaml"
+    path.write_text("loop-n: 3\nbenchmark: arith\n")
+    assert load_config_file(path) == {"loop_n": 3, "benchmark": "arith"}
+    (tmp_path / "bad.yaml").write_text("- a list\n")
+    with pytest.raises(ValueError, match="mapping"):
+        load_config_file(tmp_path / "bad.yaml")

@@ -1,0 +1,47 @@
+"""MLflow tracking against a real SQLite store: parent and nested runs, idempotent on resume."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from mlflow import MlflowClient
+
+from agent.proposers.base import Proposal, TrialRecord
+from agent.tracking import Tracker
+
+
+def test_parent_and_trials_are_idempotent(tmp_path: Path) -> None:
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    tracker = Tracker(uri, tmp_path / "mlartifacts")
+    parent = tracker.start_parent("run-1", "arith", {"loop_n": 2})
+    assert tracker.start_parent("run-1", "arith", {"loop_n": 2}) == parent  # resume continues, never duplicates
+    tracker.log_metrics(parent, {"baseline_score": 0.25}, step=0)
+    tracker.log_metrics(parent, {"score": 0.5, "best_score": 0.5, "submission_count": 1}, step=1)
+    log = tmp_path / "log.txt"
+    log.write_text("step 1 loss 0.5\n")
+    trial = TrialRecord(
+        trial_id="t01",
+        index=1,
+        proposal=Proposal(hypothesis="sft helps", recipe="sft", hyperparameters={"learning_rate": 1e-3}),
+        status="succeeded",
+        score=0.5,
+        train_metrics={"train_loss": 0.4},
+        duration_s=12.0,
+    )
+    child = tracker.log_trial(parent, "run-1", "arith", trial, [log])
+    assert tracker.log_trial(parent, "run-1", "arith", trial, [log]) == child
+    tracker.finish(parent, success=True)
+
+    client = MlflowClient(tracking_uri=uri)
+    experiment = client.get_experiment_by_name("rlloop/arith")
+    assert experiment is not None
+    runs = client.search_runs([experiment.experiment_id])
+    assert len(runs) == 2
+    child_run = client.get_run(child)
+    assert child_run.data.tags["mlflow.parentRunId"] == parent
+    assert child_run.data.params["hp.learning_rate"] == "0.001"
+    assert child_run.data.metrics["score"] == 0.5
+    assert [a.path for a in client.list_artifacts(child)] == ["log.txt"]
+    history = client.get_metric_history(parent, "score")
+    assert [(m.step, m.value) for m in history] == [(1, 0.5)]
+    assert client.get_run(parent).info.status == "FINISHED"

@@ -1,0 +1,222 @@
+"""The local backend: exit codes, streamed logs, scrubbed env, limits, and no process left behind."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from sandbox import reaper
+from sandbox.backends.local import LocalSandbox
+from sandbox.base import SandboxRequest
+from sandbox.jail import cgroup_v1_available
+from tests.sandbox.conftest import DOUBLE_FORK, alive, read_pids
+
+PY = sys.executable
+CONTAINMENT = [
+    pytest.param(
+        True, id="cgroup", marks=pytest.mark.skipif(not cgroup_v1_available(), reason="no writable cgroup v1")
+    ),
+    pytest.param(False, id="marker"),
+]
+
+
+def request(workspace: Path, command: list[str], **kw: object) -> SandboxRequest:
+    return SandboxRequest(command=command, workspace=workspace, log_path=workspace / "log.txt", **kw)  # type: ignore[arg-type]
+
+
+def test_exit_code_cwd_and_log(workspace: Path) -> None:
+    result = LocalSandbox().run(request(workspace, ["sh", "-c", "pwd; echo to-stderr >&2; exit 7"]))
+    assert result.exit_code == 7 and not result.ok
+    assert result.reason() == "exited with code 7"
+    log = (workspace / "log.txt").read_text()
+    assert str(workspace) in log and "to-stderr" in log
+    assert result.log_tail.splitlines()[-1] == "to-stderr"
+    assert LocalSandbox().run(request(workspace, ["true"])).ok
+
+
+def test_missing_program_is_reported_not_raised(workspace: Path) -> None:
+    result = LocalSandbox().run(request(workspace, ["/no/such/program"]))
+    assert result.exit_code == 127
+    assert "could not start" in result.log_tail
+
+
+def test_bad_request_is_one_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="is not a folder"):
+        LocalSandbox().run(request(tmp_path / "missing", ["true"]))
+
+
+def test_log_is_streamed_while_running(workspace: Path) -> None:
+    code = "import time\nprint('first', flush=True)\ntime.sleep(30)"
+    seen: list[str] = []
+
+    def watch() -> None:
+        for _ in range(200):
+            log = workspace / "log.txt"
+            if log.exists() and "first" in log.read_text():
+                seen.append("first")
+                reaper.kill_all()
+                return
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    result = LocalSandbox().run(request(workspace, [PY, "-c", code], timeout_s=60))
+    watcher.join()
+    assert seen == ["first"]
+    assert result.interrupted and result.exit_code is None and result.duration_s < 20
+
+
+def test_env_is_scrubbed(workspace: Path, secret_env: str) -> None:
+    result = LocalSandbox().run(request(workspace, ["env"], env={"EXTRA": "1"}))
+    env = dict(line.split("=", 1) for line in (workspace / "log.txt").read_text().splitlines() if "=" in line)
+    assert secret_env not in (workspace / "log.txt").read_text()
+    assert env["HOME"] == str(workspace) and env["PYTHONUNBUFFERED"] == "1" and env["EXTRA"] == "1"
+    assert set(env) <= {
+        "PATH",
+        "HOME",
+        "LANG",
+        "PYTHONUNBUFFERED",
+        "CUDA_VISIBLE_DEVICES",
+        "EXTRA",
+        "PWD",
+        "RLLOOP_SANDBOX_ID",
+        "SHLVL",
+        "_",
+    }
+    assert result.ok
+
+
+@pytest.mark.parametrize("use_cgroup", CONTAINMENT)
+def test_timeout_kills_whole_tree_including_double_forked_child(workspace: Path, use_cgroup: bool) -> None:
+    started = time.monotonic()
+    result = LocalSandbox(grace_s=1, use_cgroup=use_cgroup).run(
+        request(workspace, [PY, "-c", DOUBLE_FORK, "300"], timeout_s=2)
+    )
+    assert result.timed_out and result.exit_code is None and "timed out" in result.reason()
+    assert time.monotonic() - started < 15
+    pids = read_pids(workspace / "grandchild.pid")
+    assert pids, "the grandchild never started"
+    assert not any(alive(p) for p in pids)
+
+
+@pytest.mark.parametrize("use_cgroup", CONTAINMENT)
+def test_background_leftovers_are_killed_when_command_exits(workspace: Path, use_cgroup: bool) -> None:
+    result = LocalSandbox(use_cgroup=use_cgroup).run(request(workspace, [PY, "-c", DOUBLE_FORK, "1"]))
+    assert result.exit_code == 0
+    pids = read_pids(workspace / "grandchild.pid")
+    assert pids and not any(alive(p) for p in pids)
+
+
+@pytest.mark.parametrize("use_cgroup", CONTAINMENT)
+def test_memory_limit(workspace: Path, use_cgroup: bool) -> None:
+    hog = "b = []\nwhile True: b.append(bytearray(16 * 2**20))"
+    result = LocalSandbox(use_cgroup=use_cgroup).run(
+        request(workspace, [PY, "-c", hog], memory_mb=200, timeout_s=60)
+    )
+    assert not result.ok
+    if use_cgroup:
+        assert result.oom_killed and "out of memory" in result.reason()
+    else:  # RLIMIT_AS: the allocation fails inside the command
+        assert "MemoryError" in result.log_tail
+
+
+def test_log_cap_keeps_file_small_and_marks_it(workspace: Path) -> None:
+    spew = "import sys\nfor _ in range(2000): sys.stdout.write('x' * 1000 + '\\n')\nprint('THE-END')"
+    result = LocalSandbox().run(request(workspace, [PY, "-c", spew], max_log_bytes=10_000))
+    log = (workspace / "log.txt").read_bytes()
+    assert result.ok
+    assert len(log) < 11_000
+    assert b"log truncated at 10000 bytes" in log
+    assert "THE-END" in result.log_tail  # the tail comes from all output, not just the kept part
+
+
+def test_one_file_past_output_limit_fails_to_write(workspace: Path) -> None:
+    fill = "f = open('big', 'wb')\nwhile True:\n    f.write(b'0' * 2**20); f.flush()"
+    result = LocalSandbox().run(request(workspace, [PY, "-c", fill], max_output_mb=5, timeout_s=60))
+    assert not result.ok
+    assert "File too large" in result.log_tail  # RLIMIT_FSIZE (Python ignores SIGXFSZ and gets EFBIG)
+    assert (workspace / "big").stat().st_size <= 5 * 2**20
+
+
+def test_many_files_past_output_limit_stop_the_run(workspace: Path) -> None:
+    fill = (
+        "import itertools, time\n"
+        "for i in itertools.count():\n"
+        "    open(f'part{i}', 'wb').write(b'0' * 2**20); time.sleep(0.01)"
+    )
+    sandbox = LocalSandbox(output_poll_s=0.2)
+    result = sandbox.run(request(workspace, [PY, "-c", fill], max_output_mb=5, timeout_s=60))
+    assert result.output_limit_exceeded and result.exit_code is None
+    assert "max_output_mb" in result.reason() and "max_output_mb=5" in result.log_tail
+    assert len(list(workspace.glob("part*"))) < 60
+
+
+def test_cpu_time_limit(workspace: Path) -> None:
+    result = LocalSandbox().run(
+        request(workspace, [PY, "-c", "while True: pass"], cpu_time_s=1, timeout_s=30)
+    )
+    assert result.exit_code == 128 + 24  # SIGXCPU
+    assert "CPU-time limit" in result.log_tail
+
+
+def test_kill_all_interrupts_and_cleans_up(workspace: Path) -> None:
+    sandbox = LocalSandbox(grace_s=0.5)
+    results = []
+    runner = threading.Thread(
+        target=lambda: results.append(
+            sandbox.run(request(workspace, [PY, "-c", DOUBLE_FORK, "300"], timeout_s=120))
+        )
+    )
+    runner.start()
+    for _ in range(100):
+        if read_pids(workspace / "grandchild.pid"):
+            break
+        time.sleep(0.1)
+    assert reaper.kill_all() >= 1
+    runner.join(timeout=20)
+    assert results and results[0].interrupted
+    assert not any(alive(p) for p in read_pids(workspace / "grandchild.pid"))
+    assert reaper.live_count() == 0
+
+
+PARENT = """
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from sandbox import reaper
+from sandbox.backends.local import LocalSandbox
+from sandbox.base import SandboxRequest
+reaper.install_signal_handlers()
+ws = Path(sys.argv[1])
+LocalSandbox(grace_s=0.5).run(
+    SandboxRequest(command=[sys.executable, "-c", sys.argv[2], "300"], workspace=ws, log_path=ws / "log.txt")
+)
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_parent_killed_by_signal_leaves_no_orphans(workspace: Path, sig: int) -> None:
+    parent = subprocess.Popen([PY, "-c", PARENT, str(workspace), DOUBLE_FORK], cwd=Path(__file__).parents[2])
+    try:
+        for _ in range(200):
+            if read_pids(workspace / "grandchild.pid"):
+                break
+            time.sleep(0.05)
+        grandchildren = read_pids(workspace / "grandchild.pid")
+        assert grandchildren and all(alive(p) for p in grandchildren)
+        parent.send_signal(sig)
+        assert parent.wait(timeout=20) != 0
+    finally:
+        parent.kill()
+    for _ in range(50):
+        if not any(alive(p) for p in grandchildren):
+            break
+        time.sleep(0.1)
+    assert not any(alive(p) for p in grandchildren)

@@ -1,0 +1,1 @@
+"""Test helpers that are real servers, not mocks."""

@@ -1,0 +1,327 @@
+"""A real OpenAI-compatible HTTP server for tests, replying from a script the test writes.
+
+It speaks the Chat Completions wire format (`POST /v1/chat/completions`, `GET /v1/models`) over a real socket on
+127.0.0.1, so the real `openai` SDK, its HTTP stack and the code under test all run unmodified. Each chat request
+pops the next `ScriptedReply`: a message (content, finish_reason, usage), an HTTP error (status, Retry-After), after
+an optional delay. Endpoint-level checks (API key, model name, supported `response_format` types) answer before
+the script is consulted, the way a real server would. Every request is recorded for assertions on prompts.
+
+    with ScriptedOpenAIServer(models=["test-model"]) as server:
+        server.enqueue(reply({"answer": 42}), error(429, retry_after=0.1))
+        client = OpenAI(base_url=server.base_url, api_key="k")
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import json
+import math
+import socket
+import threading
+import time
+from typing import Any
+
+import uvicorn
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field
+
+RESPONSE_FORMATS = frozenset({"text", "json_object", "json_schema"})
+_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "invalid_request_error",
+    403: "permission_error",
+    404: "invalid_request_error",
+    429: "rate_limit_error",
+}
+
+
+class ScriptedReply(BaseModel):
+    """One answer to one chat request: a message (status 200) or an HTTP error."""
+
+    status: int = 200
+    content: str | None = None
+    finish_reason: str = "stop"
+    refusal: str | None = None
+    prompt_tokens: int | None = None  # default: ceil(characters of all message contents / 4)
+    completion_tokens: int | None = None  # default: ceil(characters of content / 4)
+    omit_usage: bool = False
+    error_message: str = ""
+    error_code: str | None = None
+    headers: dict[str, str] = Field(default_factory=dict)
+    delay_s: float = 0.0
+
+
+def reply(content: str | dict[str, Any] | None, **fields: Any) -> ScriptedReply:
+    """A 200 answer; a dict is sent as its JSON text, as a server in JSON mode would."""
+    text = json.dumps(content) if isinstance(content, dict) else content
+    return ScriptedReply(content=text, **fields)
+
+
+def error(
+    status: int, message: str = "", *, retry_after: float | None = None, **fields: Any
+) -> ScriptedReply:
+    """An HTTP error in OpenAI's `{"error": {...}}` shape, optionally with a Retry-After header."""
+    headers = dict(fields.pop("headers", {}))
+    if retry_after is not None:
+        headers["retry-after"] = f"{retry_after:g}"
+    return ScriptedReply(
+        status=status, error_message=message or f"scripted HTTP {status}", headers=headers, **fields
+    )
+
+
+class RecordedRequest(BaseModel):
+    """A request as the server received it."""
+
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: dict[str, Any] = Field(default_factory=dict)
+    received_at: float
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        return list(self.body.get("messages", []))
+
+    def text(self) -> str:
+        """All message contents joined: what the model was shown."""
+        return "\n".join(str(m.get("content") or "") for m in self.messages)
+
+
+def _error_response(
+    status: int,
+    message: str,
+    code: str | None = None,
+    param: str | None = None,
+    headers: dict[str, str] | None = None,
+) -> JSONResponse:
+    kind = _ERROR_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
+    body = {"error": {"message": message, "type": kind, "param": param, "code": code}}
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+def _tokens(text: str) -> int:
+    return math.ceil(len(text) / 4)
+
+
+class ScriptedOpenAIServer:
+    """Serve the OpenAI chat API on 127.0.0.1:<free port> from a background thread."""
+
+    def __init__(
+        self,
+        models: list[str] | tuple[str, ...] = ("test-model",),
+        *,
+        api_key: str | None = None,
+        response_formats: frozenset[str] | set[str] = RESPONSE_FORMATS,
+    ) -> None:
+        self.models = list(models)
+        self.api_key = api_key
+        self.response_formats = frozenset(response_formats)
+        self.requests: list[RecordedRequest] = []
+        self._script: collections.deque[ScriptedReply] = collections.deque()
+        self._lock = threading.Lock()
+        self._completions = 0
+        self._server: uvicorn.Server | None = None
+        self._thread: threading.Thread | None = None
+        self._socket: socket.socket | None = None
+        self.app = self._build_app()
+
+    # -- script and records -------------------------------------------------------------------------------
+
+    def enqueue(self, *replies: ScriptedReply) -> None:
+        with self._lock:
+            self._script.extend(replies)
+
+    @property
+    def pending(self) -> int:
+        with self._lock:
+            return len(self._script)
+
+    def chat_requests(self) -> list[RecordedRequest]:
+        with self._lock:
+            return [r for r in self.requests if r.path.endswith("/chat/completions")]
+
+    @property
+    def base_url(self) -> str:
+        if self._socket is None:
+            raise RuntimeError("server not started")
+        return f"http://127.0.0.1:{self._socket.getsockname()[1]}/v1"
+
+    # -- lifecycle ----------------------------------------------------------------------------------------
+
+    def start(self) -> ScriptedOpenAIServer:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", 0))  # the OS picks a free port; the bound socket is handed over, so no race
+        self._socket = sock
+        config = uvicorn.Config(
+            self.app, log_level="warning", lifespan="off", access_log=False, timeout_graceful_shutdown=1
+        )
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(
+            target=self._server.run, kwargs={"sockets": [sock]}, name="scripted-openai", daemon=True
+        )
+        self._thread.start()
+        deadline = time.monotonic() + 15
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("scripted OpenAI server did not start")
+            time.sleep(0.01)
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        if self._socket is not None:
+            self._socket.close()
+        self._server = self._thread = None
+
+    def __enter__(self) -> ScriptedOpenAIServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- the API ------------------------------------------------------------------------------------------
+
+    def _record(self, request: Request, body: dict[str, Any]) -> None:
+        record = RecordedRequest(
+            method=request.method,
+            path=request.url.path,
+            headers={k.lower(): v for k, v in request.headers.items()},
+            body=body,
+            received_at=time.time(),
+        )
+        with self._lock:
+            self.requests.append(record)
+
+    def _auth_error(self, request: Request) -> JSONResponse | None:
+        if self.api_key is None:
+            return None
+        if request.headers.get("authorization", "") != f"Bearer {self.api_key}":
+            return _error_response(401, "Incorrect API key provided.", code="invalid_api_key")
+        return None
+
+    def _check_body(self, body: dict[str, Any]) -> JSONResponse | None:
+        model = body.get("model")
+        if not isinstance(model, str) or not model:
+            return _error_response(400, "you must provide a model parameter", param="model")
+        if model not in self.models:
+            return _error_response(
+                404,
+                f"The model `{model}` does not exist or you do not have access to it.",
+                code="model_not_found",
+            )
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            return _error_response(400, "'messages' must be a non-empty array", param="messages")
+        for message in messages:
+            if not isinstance(message, dict) or "role" not in message:
+                return _error_response(400, "each message needs a 'role'", param="messages")
+        fmt = body.get("response_format")
+        if fmt is None:
+            return None
+        kind = fmt.get("type") if isinstance(fmt, dict) else None
+        if kind not in RESPONSE_FORMATS:
+            return _error_response(400, f"Invalid response_format type: {kind!r}", param="response_format")
+        if kind not in self.response_formats:
+            return _error_response(
+                400, f"response_format type '{kind}' is not supported by this server", param="response_format"
+            )
+        if kind == "json_schema":
+            spec = fmt.get("json_schema")
+            if not isinstance(spec, dict) or not spec.get("name") or not isinstance(spec.get("schema"), dict):
+                return _error_response(
+                    400,
+                    "response_format.json_schema needs 'name' and an object 'schema'",
+                    param="response_format",
+                )
+        return None
+
+    def _completion(self, body: dict[str, Any], scripted: ScriptedReply) -> dict[str, Any]:
+        with self._lock:
+            self._completions += 1
+            number = self._completions
+        prompt_text = "".join(str(m.get("content") or "") for m in body["messages"])
+        prompt_tokens = scripted.prompt_tokens if scripted.prompt_tokens is not None else _tokens(prompt_text)
+        completion_tokens = (
+            scripted.completion_tokens
+            if scripted.completion_tokens is not None
+            else _tokens(scripted.content or "")
+        )
+        payload: dict[str, Any] = {
+            "id": f"chatcmpl-scripted-{number}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": body["model"],
+            "system_fingerprint": "scripted-openai",
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {
+                        "role": "assistant",
+                        "content": scripted.content,
+                        "refusal": scripted.refusal,
+                    },
+                    "logprobs": None,
+                    "finish_reason": scripted.finish_reason,
+                }
+            ],
+        }
+        if not scripted.omit_usage:
+            payload["usage"] = {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": completion_tokens,
+                "total_tokens": prompt_tokens + completion_tokens,
+            }
+        return payload
+
+    def _build_app(self) -> FastAPI:
+        app = FastAPI(title="scripted OpenAI-compatible server")
+
+        @app.get("/v1/models")
+        async def list_models(request: Request) -> JSONResponse:
+            self._record(request, {})
+            denied = self._auth_error(request)
+            if denied is not None:
+                return denied
+            data = [
+                {"id": m, "object": "model", "created": 0, "owned_by": "rlloop-tests"} for m in self.models
+            ]
+            return JSONResponse({"object": "list", "data": data})
+
+        @app.post("/v1/chat/completions")
+        async def chat_completions(request: Request) -> JSONResponse:
+            try:
+                body = await request.json()
+            except ValueError:
+                self._record(request, {})
+                return _error_response(400, "request body is not valid JSON")
+            if not isinstance(body, dict):
+                body = {"_raw": body}
+            self._record(request, body)
+            problem = self._auth_error(request) or self._check_body(body)
+            if problem is not None:
+                return problem
+            with self._lock:
+                scripted = self._script.popleft() if self._script else None
+            if scripted is None:
+                return _error_response(
+                    500,
+                    "scripted server: the script is exhausted (the test enqueued fewer replies than requests)",
+                )
+            if scripted.delay_s:
+                await asyncio.sleep(scripted.delay_s)
+            if scripted.status != 200:
+                return _error_response(
+                    scripted.status,
+                    scripted.error_message,
+                    code=scripted.error_code,
+                    headers=scripted.headers,
+                )
+            return JSONResponse(self._completion(body, scripted), headers=scripted.headers)
+
+        return app

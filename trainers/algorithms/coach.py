@@ -1,0 +1,247 @@
+"""`coach`: LLM-as-a-Coach (arXiv 2607.18110) through any OpenAI-compatible endpoint.
+
+A stronger model (the coach), reached via OPENAI_BASE_URL / OPENAI_API_KEY with the `openai` SDK, scores the
+policy's responses against a rubric and writes experience: short, general lessons drawn from the scored responses.
+`mode="distill"` (the paper's method) distils that experience into the weights with on-policy context
+distillation (OPCD, see opcd.py); `mode="rl"` is its RL baseline: GRPO-style group-normalised policy gradient on
+the coach's score. Without an endpoint the recipe stops at once with the variables to set.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from typing import Any, Literal
+
+import torch
+from pydantic import BaseModel, Field, ValidationError
+
+from grader.benchmarks import Sample
+from trainers import losses
+from trainers.algorithms import onpolicy as op
+from trainers.algorithms.opcd import OPCDConfig, distill
+from trainers.experience import render_context, write_experience
+
+DEFAULT_RUBRIC = (
+    "Score 1.0 when the response gives the correct final answer in the required format and nothing else, "
+    "0.5 when the answer is right but the format is not, 0.0 otherwise."
+)
+
+
+class CoachUnavailable(RuntimeError):
+    """No coach endpoint is configured."""
+
+
+class CoachReplyError(ValueError):
+    """The coach answered, but not in the JSON shape asked for."""
+
+
+class CoachConfig(OPCDConfig):
+    """The coach endpoint's model, the rubric, and which use of the coach to train with."""
+
+    mode: Literal["distill", "rl"] = "distill"
+    coach_model: str = "gpt-4o-mini"
+    rubric: str = DEFAULT_RUBRIC
+    show_reference: bool = True  # give the coach the reference answer along with each response
+    experience_samples: int = Field(default=16, ge=1)  # responses the coach reviews to write experience (distill)
+    max_experience_items: int = Field(default=8, ge=1)
+    request_timeout: float = Field(default=120.0, gt=0)
+    num_generations: int = 8  # rl mode: group size; distill mode uses it as OPCD samples per prompt
+    per_device_train_batch_size: int = 32
+
+
+class _Scores(BaseModel):
+    scores: list[float]
+
+
+class _Experience(BaseModel):
+    experience: list[str]
+
+
+class Coach:
+    """Talks to the coach model; every call asks for a JSON object and validates it."""
+
+    def __init__(self, model: str, rubric: str, *, show_reference: bool = True, timeout: float = 120.0) -> None:
+        from openai import OpenAI
+
+        base_url = os.environ.get("OPENAI_BASE_URL", "").strip()
+        api_key = os.environ.get("OPENAI_API_KEY", "").strip()
+        if not base_url or not api_key:
+            missing = " and ".join(n for n, v in (("OPENAI_BASE_URL", base_url), ("OPENAI_API_KEY", api_key)) if not v)
+            raise CoachUnavailable(
+                f"the coach needs an OpenAI-compatible endpoint: set {missing} "
+                "(e.g. OPENAI_BASE_URL=https://api.openai.com/v1 or a local vLLM server's http://HOST:PORT/v1)"
+            )
+        self.client = OpenAI(base_url=base_url, api_key=api_key, timeout=timeout, max_retries=2)
+        self.model = model
+        self.rubric = rubric
+        self.show_reference = show_reference
+
+    def _ask(self, system: str, payload: dict[str, Any]) -> dict[str, Any]:
+        response = self.client.chat.completions.create(
+            model=self.model,
+            messages=[
+                {"role": "system", "content": system},
+                {"role": "user", "content": json.dumps(payload, ensure_ascii=False)},
+            ],
+            response_format={"type": "json_object"},
+            temperature=0.0,
+        )
+        content = response.choices[0].message.content or ""
+        try:
+            data = json.loads(content)
+        except json.JSONDecodeError as exc:
+            raise CoachReplyError(f"coach reply is not JSON ({exc.msg}): {content[:200]!r}") from exc
+        if not isinstance(data, dict):
+            raise CoachReplyError(f"coach reply is not a JSON object: {content[:200]!r}")
+        return data
+
+    def _items(self, samples: Sequence[Sample], responses: Sequence[str]) -> list[dict[str, Any]]:
+        items = []
+        for i, (s, r) in enumerate(zip(samples, responses, strict=True)):
+            item: dict[str, Any] = {"id": i, "prompt": s.prompt, "response": r}
+            if self.show_reference:
+                item["reference"] = s.answer
+            items.append(item)
+        return items
+
+    def score(self, samples: Sequence[Sample], responses: Sequence[str]) -> list[float]:
+        """One score in [0, 1] per response, in order."""
+        system = (
+            "You are a coach grading a student model's responses against this rubric:\n"
+            f"{self.rubric}\n"
+            'Reply with a JSON object {"scores": [...]}: one number in [0, 1] per item, in the order given.'
+        )
+        data = self._ask(system, {"items": self._items(samples, responses)})
+        try:
+            scores = _Scores.model_validate(data).scores
+        except ValidationError as exc:
+            raise CoachReplyError(f'coach reply lacks a numeric "scores" list: {json.dumps(data)[:200]}') from exc
+        if len(scores) != len(responses):
+            raise CoachReplyError(f"coach returned {len(scores)} scores for {len(responses)} responses")
+        return [min(1.0, max(0.0, float(x))) for x in scores]
+
+    def experience(
+        self, samples: Sequence[Sample], responses: Sequence[str], scores: Sequence[float], max_items: int
+    ) -> list[str]:
+        """Short general lessons from scored responses, for the student to internalise."""
+        system = (
+            "You are a coach. From a student model's scored responses (rubric below), write at most "
+            f"{max_items} short, general lessons that would raise its score on new problems of this kind. "
+            f'Reply with a JSON object {{"experience": ["lesson", ...]}}.\nRubric:\n{self.rubric}'
+        )
+        items = self._items(samples, responses)
+        for item, value in zip(items, scores, strict=True):
+            item["score"] = value
+        data = self._ask(system, {"items": items})
+        try:
+            lessons = _Experience.model_validate(data).experience
+        except ValidationError as exc:
+            raise CoachReplyError(f'coach reply lacks an "experience" list of strings: {json.dumps(data)[:200]}') from exc
+        lessons = [x.strip() for x in lessons if x.strip()][:max_items]
+        if not lessons:
+            raise CoachReplyError("coach wrote no experience items")
+        return lessons
+
+
+def coach_from(config: CoachConfig) -> Coach:
+    return Coach(config.coach_model, config.rubric, show_reference=config.show_reference, timeout=config.request_timeout)
+
+
+def _run_distill(config: CoachConfig, coach: Coach) -> dict[str, object]:
+    samples = op.load_samples(config.train_file, config.max_train_samples)
+    student, tokenizer = op.load_policy(config)
+    teacher = op.load_frozen(config.model_path)
+    reviewed = samples[: config.experience_samples]
+    max_new = op.new_tokens_budget(config)
+    rollout = op.sample(student, tokenizer, [s.prompt for s in reviewed], max_new_tokens=max_new, do_sample=False)
+    scores = coach.score(reviewed, rollout.texts)
+    lessons = coach.experience(reviewed, rollout.texts, scores, config.max_experience_items)
+    context = render_context(config.context, lessons)
+    eval_before = op.evaluate(student, tokenizer, config)
+    clock = op.Clock(config.max_seconds)
+    history, tokens = distill(
+        student,
+        teacher,
+        tokenizer,
+        samples,
+        context,
+        config,
+        clock=clock,
+        log=lambda r: print(f"[coach] {r}", flush=True),
+    )
+    write_experience(config.output_dir / "experience.json", lessons)
+    return {
+        "recipe": "coach",
+        "mode": "distill",
+        "coach_score_before": op.mean(scores),
+        "experience": lessons,
+        "steps": len(history),
+        "train_seconds": clock.elapsed,
+        "train_tokens": tokens,
+        "kl_first": history[0]["kl"] if history else None,
+        "kl_last": history[-1]["kl"] if history else None,
+        "history": history,
+        "eval_accuracy_before": eval_before,
+        "eval_accuracy": op.evaluate(student, tokenizer, config),
+        "_model": student,
+        "_tokenizer": tokenizer,
+    }
+
+
+def _run_rl(config: CoachConfig, coach: Coach) -> dict[str, object]:
+    samples = op.load_samples(config.train_file, config.max_train_samples)
+    student, tokenizer = op.load_policy(config)
+    group = config.num_generations
+    max_new = op.new_tokens_budget(config)
+    next_batch = op.batches(samples, config.prompts_per_step(), config.seed)
+    optimizer = op.optimizer_for(student, config.learning_rate)
+    eval_before = op.evaluate(student, tokenizer, config)
+    clock = op.Clock(config.max_seconds)
+    history: list[dict[str, float]] = []
+    tokens = 0
+    for step_number in range(1, config.max_steps + 1):
+        if clock.expired():
+            break
+        batch = [s for s in next_batch() for _ in range(group)]
+        rollout = op.sample(
+            student, tokenizer, [s.prompt for s in batch], max_new_tokens=max_new, temperature=config.temperature
+        )
+        rewards = torch.tensor(coach.score(batch, rollout.texts))
+        advantages = losses.group_advantages(rewards, group)
+        logits = op.completion_logits(student, rollout.sequences, rollout.attention_mask, rollout.completion_ids.shape[1])
+        loss = losses.policy_gradient_loss(
+            op.token_logprobs(logits, rollout.completion_ids),
+            advantages,
+            rollout.completion_mask,
+            normaliser=float(len(batch) * max_new),
+        )
+        op.step(student, optimizer, loss, config.max_grad_norm)
+        tokens += int(rollout.attention_mask.sum())
+        row = {"step": float(step_number), "coach_score": float(rewards.mean()), "loss": float(loss.detach())}
+        history.append(row)
+        if step_number % config.logging_steps == 0 or step_number == 1:
+            print(f"[coach-rl] {row}", flush=True)
+    return {
+        "recipe": "coach",
+        "mode": "rl",
+        "steps": len(history),
+        "train_seconds": clock.elapsed,
+        "train_tokens": tokens,
+        "history": history,
+        "eval_accuracy_before": eval_before,
+        "eval_accuracy": op.evaluate(student, tokenizer, config),
+        "_model": student,
+        "_tokenizer": tokenizer,
+    }
+
+
+def run(config: CoachConfig) -> dict[str, object]:
+    """Coach-guided training; fails fast (before loading any model) when no endpoint is configured."""
+    coach = coach_from(config)
+    op.seed_everything(config.seed)
+    result = _run_distill(config, coach) if config.mode == "distill" else _run_rl(config, coach)
+    model, tokenizer = result.pop("_model"), result.pop("_tokenizer")
+    op.save_checkpoint(model, tokenizer, config.output_dir, result)  # type: ignore[arg-type]
+    return result

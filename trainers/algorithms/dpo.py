@@ -1,0 +1,192 @@
+"""`dpo`: Direct Preference Optimization with TRL's DPOTrainer, on pairs built from the train JSONL.
+
+chosen = the reference answer; rejected = a wrong answer: either a perturbation of the reference (numbers nudged
+by a non-zero offset, text with characters swapped) or, with `rejected_source="policy"`, a completion sampled
+from the start policy that the benchmark scores as wrong (falling back to a perturbation when every sample for a
+prompt was right).
+"""
+
+from __future__ import annotations
+
+import random
+import tempfile
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field
+from transformers import PreTrainedModel, PreTrainedTokenizerBase, TrainerCallback, TrainerControl, TrainerState
+from transformers.training_args import TrainingArguments
+
+from grader.answers import normalize_number
+from grader.benchmarks import Sample, get_benchmark
+from trainers.algorithms import onpolicy as op
+from trainers.config import TrainerConfig
+from trainers.quick_eval import cut_at_stop
+
+
+class DPOConfig(TrainerConfig):
+    """DPO's knobs; the rest of TRL's DPOConfig keeps its defaults."""
+
+    learning_rate: float = 5e-5
+    max_steps: int = 100
+    per_device_train_batch_size: int = 16
+    beta: float = Field(default=0.1, gt=0)
+    loss_type: str = "sigmoid"  # any of TRL's DPO loss types (sigmoid, ipo, hinge, robust, ...)
+    rejected_source: Literal["perturb", "policy"] = "perturb"
+    policy_samples: int = Field(default=4, ge=1)  # samples per prompt when rejected_source="policy"
+    max_length: int | None = None  # TRL's truncation length; None keeps full sequences
+    eval_file: Path | None = None
+    eval_samples: int = Field(default=200, ge=1)
+
+
+def perturb_answer(answer: str, rng: random.Random) -> str:
+    """A wrong answer close to the reference: a number moved by 1-10, or text with two characters swapped."""
+    number = normalize_number(answer)
+    if number is not None and "." not in number:
+        offset = rng.choice([d for d in range(-10, 11) if d != 0])
+        return str(int(number) + offset)
+    if len(answer) >= 2:
+        chars = list(answer)
+        for _ in range(10):
+            i, j = rng.sample(range(len(chars)), 2)
+            if chars[i] != chars[j]:
+                chars[i], chars[j] = chars[j], chars[i]
+                return "".join(chars)
+    return answer + "?"
+
+
+def policy_rejections(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    samples: list[Sample],
+    benchmark_name: str,
+    per_prompt: int,
+) -> list[str | None]:
+    """For each sample, one sampled completion the benchmark scores as wrong (cut at its stop strings), or None."""
+    benchmark = get_benchmark(benchmark_name)
+    out: list[str | None] = []
+    chunk = 64
+    for start in range(0, len(samples), chunk):
+        part = samples[start : start + chunk]
+        prompts = [s.prompt for s in part for _ in range(per_prompt)]
+        rollout = op.sample(model, tokenizer, prompts, max_new_tokens=int(benchmark.max_new_tokens))
+        for i, s in enumerate(part):
+            wrong = None
+            for text in rollout.texts[i * per_prompt : (i + 1) * per_prompt]:
+                cut = cut_at_stop(text, benchmark.stop)
+                if cut.strip() and benchmark.score(cut, s) == 0.0:
+                    wrong = cut
+                    break
+            out.append(wrong)
+    return out
+
+
+def preference_rows(
+    samples: list[Sample], rejected: list[str | None], seed: int, bos_prefix: str
+) -> list[dict[str, str]]:
+    rng = random.Random(seed)
+    rows = []
+    for s, bad in zip(samples, rejected, strict=True):
+        rows.append(
+            {"prompt": bos_prefix + s.prompt, "chosen": s.answer, "rejected": bad or perturb_answer(s.answer, rng)}
+        )
+    return rows
+
+
+def _bos_prefix(tokenizer: PreTrainedTokenizerBase) -> str:
+    """TRL tokenizes without special tokens; keep the BOS the model was trained with, if its tokenizer adds one."""
+    ids = tokenizer("x")["input_ids"]
+    bos = tokenizer.bos_token_id
+    return str(tokenizer.bos_token) if bos is not None and ids and ids[0] == bos else ""
+
+
+class StopAfterSeconds(TrainerCallback):
+    """Ask the HF Trainer to stop (it then returns normally and we save) once `max_seconds` have passed."""
+
+    def __init__(self, max_seconds: float | None) -> None:
+        self.clock = op.Clock(max_seconds)
+
+    def on_step_end(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+    ) -> TrainerControl:
+        if self.clock.expired():
+            control.should_training_stop = True
+        return control
+
+
+def run(config: DPOConfig) -> dict[str, object]:
+    """Build preference pairs, train with TRL's DPOTrainer, save the (merged) checkpoint and metrics.json."""
+    from datasets import Dataset
+    from peft import LoraConfig
+    from trl import DPOConfig as TRLDPOConfig
+    from trl import DPOTrainer
+
+    op.seed_everything(config.seed)
+    samples = op.load_samples(config.train_file, config.max_train_samples)
+    model, tokenizer = op.load_policy(config.model_copy(update={"lora": False}))
+    if config.rejected_source == "policy":
+        rejected = policy_rejections(model, tokenizer, samples, config.benchmark, config.policy_samples)
+    else:
+        rejected = [None] * len(samples)
+    rows = preference_rows(samples, rejected, config.seed, _bos_prefix(tokenizer))
+    from_policy = sum(r is not None for r in rejected)
+    eval_cfg = op.OnPolicyConfig(
+        model_path=config.model_path,
+        train_file=config.train_file,
+        output_dir=config.output_dir,
+        benchmark=config.benchmark,
+        eval_file=config.eval_file,
+        eval_samples=config.eval_samples,
+    )
+    eval_before = op.evaluate(model, tokenizer, eval_cfg)
+
+    peft_config = (
+        LoraConfig(r=config.lora_r, lora_alpha=config.lora_alpha, target_modules="all-linear", task_type="CAUSAL_LM")
+        if config.lora
+        else None
+    )
+    with tempfile.TemporaryDirectory(prefix="rlloop-dpo-") as scratch:
+        args = TRLDPOConfig(
+            output_dir=scratch,
+            learning_rate=config.learning_rate,
+            max_steps=config.max_steps,
+            per_device_train_batch_size=config.per_device_train_batch_size,
+            logging_steps=config.logging_steps,
+            beta=config.beta,
+            loss_type=[config.loss_type],
+            max_length=config.max_length,
+            seed=config.seed,
+            save_strategy="no",
+            report_to=[],
+            use_cpu=True,
+            dataloader_num_workers=0,
+            disable_tqdm=True,
+        )
+        trainer = DPOTrainer(
+            model=model,
+            args=args,
+            train_dataset=Dataset.from_list(rows),
+            processing_class=tokenizer,
+            peft_config=peft_config,
+            callbacks=[StopAfterSeconds(config.max_seconds)],
+        )
+        result = trainer.train()
+    trained = trainer.model
+    logs = [entry for entry in trainer.state.log_history if "rewards/margins" in entry]
+    metrics: dict[str, object] = {
+        "recipe": "dpo",
+        "steps": trainer.state.global_step,
+        "train_seconds": float(result.metrics.get("train_runtime", 0.0)),
+        "train_loss": float(result.training_loss),
+        "pairs": len(rows),
+        "rejected_from_policy": from_policy,
+        "reward_margin_first": logs[0]["rewards/margins"] if logs else None,
+        "reward_margin_last": logs[-1]["rewards/margins"] if logs else None,
+        "history": logs,
+        "eval_accuracy_before": eval_before,
+    }
+    if hasattr(trained, "merge_and_unload"):
+        trained = trained.merge_and_unload()
+    metrics["eval_accuracy"] = op.evaluate(trained, tokenizer, eval_cfg)  # type: ignore[arg-type]
+    op.save_checkpoint(trained, tokenizer, config.output_dir, metrics)  # type: ignore[arg-type]
+    return metrics

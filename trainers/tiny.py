@@ -1,0 +1,199 @@
+"""`tiny-arith`: the local base model rlloop's demo and tests start from, built from scratch in well under a minute.
+
+A character-level tokenizer and a ~0.8M-parameter Llama, trained briefly on arith's *train* split only (never valid or
+test) so that it has learned the format ("37+58=" -> a number, then EOS) but gets only a fraction of the answers
+right: a weak baseline with plenty of room for a trial to improve on.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import string
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors
+from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
+SPECIAL_TOKENS = [PAD, BOS, EOS, UNK]
+# Digits and operators first so their ids are stable and small; then the rest of printable ASCII, space and newline.
+_CHARS = list("0123456789+-*/= \n") + [
+    c for c in string.ascii_letters + string.punctuation if c not in "+-*/="
+]
+
+TINY_RECIPE = {
+    "name": "tiny-arith",
+    "architecture": "LlamaForCausalLM",
+    "hidden_size": 128,
+    "intermediate_size": 256,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 4,
+    "max_position_embeddings": 64,
+    "train_steps": 300,
+    "batch_size": 64,
+    "learning_rate": 3e-3,
+    "warmup_steps": 30,
+    "weight_decay": 0.0,
+}
+
+
+def build_char_tokenizer() -> PreTrainedTokenizerFast:
+    """One token per character; `<bos>` is prepended to every encoded text, `<eos>` is left to the caller."""
+    vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS + _CHARS)}
+    backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token=UNK))
+    backend.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
+    backend.decoder = decoders.Fuse()
+    backend.post_processor = processors.TemplateProcessing(
+        single=f"{BOS} $A", pair=f"{BOS} $A $B", special_tokens=[(BOS, vocab[BOS])]
+    )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        bos_token=BOS,
+        eos_token=EOS,
+        pad_token=PAD,
+        unk_token=UNK,
+        clean_up_tokenization_spaces=False,
+        model_max_length=int(TINY_RECIPE["max_position_embeddings"]),  # type: ignore[call-overload]
+    )
+
+
+def _model_config(tokenizer: PreTrainedTokenizerFast) -> LlamaConfig:
+    r = TINY_RECIPE
+    return LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=r["hidden_size"],
+        intermediate_size=r["intermediate_size"],
+        num_hidden_layers=r["num_hidden_layers"],
+        num_attention_heads=r["num_attention_heads"],
+        num_key_value_heads=r["num_key_value_heads"],
+        max_position_embeddings=r["max_position_embeddings"],
+        tie_word_embeddings=True,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
+
+
+def _training_batches(
+    tokenizer: PreTrainedTokenizerFast, texts: list[str], *, steps: int, batch_size: int, seed: int
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Pre-tokenised (input_ids, labels) batches, right-padded, padding masked out of the loss."""
+    encoded = [tokenizer(t)["input_ids"] + [tokenizer.eos_token_id] for t in texts]
+    rng = random.Random(seed)
+    order: list[int] = []
+    batches = []
+    for _ in range(steps):
+        if len(order) < batch_size:
+            fresh = list(range(len(encoded)))
+            rng.shuffle(fresh)
+            order.extend(fresh)
+        picked = [encoded[i] for i in order[:batch_size]]
+        del order[:batch_size]
+        width = max(len(ids) for ids in picked)
+        ids = torch.full((batch_size, width), tokenizer.pad_token_id, dtype=torch.long)
+        labels = torch.full((batch_size, width), -100, dtype=torch.long)
+        for row, seq in enumerate(picked):
+            ids[row, : len(seq)] = torch.tensor(seq)
+            labels[row, 1 : len(seq)] = torch.tensor(seq[1:])  # never predict <bos>
+        batches.append((ids, labels))
+    return batches
+
+
+def train_tiny_model(
+    *, seed: int = 0, steps: int | None = None, progress: bool = True
+) -> tuple[LlamaForCausalLM, PreTrainedTokenizerFast, dict[str, float]]:
+    """Train tiny-arith in memory; returns (model, tokenizer, stats). `steps` overrides the recipe (calibration)."""
+    from grader.benchmarks import get_benchmark
+
+    r = TINY_RECIPE
+    n_steps = int(steps if steps is not None else r["train_steps"])  # type: ignore[call-overload]
+    batch_size = int(r["batch_size"])  # type: ignore[call-overload]
+    torch.manual_seed(seed)
+    random.seed(seed)
+    tokenizer = build_char_tokenizer()
+    model = LlamaForCausalLM(_model_config(tokenizer))
+    texts = [s.prompt + s.answer for s in get_benchmark("arith").load("train")]
+    batches = _training_batches(tokenizer, texts, steps=n_steps, batch_size=batch_size, seed=seed)
+
+    lr = float(r["learning_rate"])  # type: ignore[arg-type]
+    warmup = int(r["warmup_steps"])  # type: ignore[call-overload]
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=float(r["weight_decay"]))  # type: ignore[arg-type]
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer,
+        lambda step: min(1.0, (step + 1) / warmup),  # constant after warmup: a shorter run is a prefix of a longer one
+    )
+    model.train()
+    start = time.perf_counter()
+    loss_value = float("nan")
+    for step, (ids, labels) in enumerate(batches, start=1):
+        out = model(input_ids=ids, attention_mask=(ids != tokenizer.pad_token_id).long(), labels=labels)
+        out.loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        schedule.step()
+        optimizer.zero_grad(set_to_none=True)
+        loss_value = float(out.loss.detach())
+        if progress and (step % 50 == 0 or step == n_steps):
+            print(f"[tiny-arith] step {step}/{n_steps} loss {loss_value:.4f}", flush=True)
+    model.eval()
+    stats = {"steps": float(n_steps), "final_loss": loss_value, "train_seconds": time.perf_counter() - start}
+    return model, tokenizer, stats
+
+
+def save_model_atomically(
+    model: LlamaForCausalLM, tokenizer: PreTrainedTokenizerFast, out_dir: Path, provenance: dict[str, object]
+) -> Path:
+    """Write the checkpoint into a temp folder beside `out_dir`, then rename it into place in one step."""
+    out_dir = Path(out_dir)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
+    try:
+        model.generation_config = GenerationConfig(
+            bos_token_id=tokenizer.bos_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+            pad_token_id=tokenizer.pad_token_id,
+            do_sample=False,
+            max_new_tokens=8,
+        )
+        model.save_pretrained(staging, safe_serialization=True)
+        tokenizer.save_pretrained(staging)
+        (staging / "rlloop_model.json").write_text(json.dumps(provenance, indent=2) + "\n")
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        os.replace(staging, out_dir)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return out_dir
+
+
+def build_tiny_arith(out_dir: Path, *, seed: int = 0, progress: bool = True) -> Path:
+    """Build tiny-arith into `out_dir` (replacing what is there) and return the path."""
+    torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+    model, tokenizer, stats = train_tiny_model(seed=seed, progress=progress)
+    provenance: dict[str, object] = {
+        "name": "tiny-arith",
+        "recipe": dict(TINY_RECIPE),
+        "seed": seed,
+        "steps": int(stats["steps"]),
+        "final_loss": round(stats["final_loss"], 4),
+        "train_seconds": round(stats["train_seconds"], 2),
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "data": "grader.benchmarks arith 'train' split only (prompt+answer+<eos>)",
+        "test_free": "never trained or calibrated on arith's valid or test split problems",
+        "built_by": "trainers.tiny.build_tiny_arith",
+        "python": sys.version.split()[0],
+        "torch": torch.__version__,
+    }
+    path = save_model_atomically(model, tokenizer, Path(out_dir), provenance)
+    if progress:
+        print(f"[tiny-arith] saved to {path} ({provenance['parameters']} parameters)", flush=True)
+    return path
