@@ -90,7 +90,9 @@ def list_pending(runs_dir: Path) -> list[tuple[str, TrialRecord]]:
 def write_decision(run_dir: Path, trial_id: str, decision: Decision) -> Path:
     pending = _dir(run_dir) / f"{trial_id}.pending.json"
     if not pending.exists():
-        raise LookupError(f"nothing waits for approval as {trial_id} in {run_dir.name}; `rlloop approvals` lists them")
+        raise LookupError(
+            f"nothing waits for approval as {trial_id} in {run_dir.name}; `rlloop approvals` lists them"
+        )
     target = _dir(run_dir) / f"{trial_id}.decision.json"
     atomic_write_json(target, decision.model_dump(mode="json"))
     return target

@@ -59,6 +59,11 @@ class RunConfig(BaseSettings):
     )
     seed: int = 0
     trial_timeout: float = Field(600.0, gt=0, description="Wall-time limit of one trial in seconds.")
+    trial_steps: int | None = Field(
+        None,
+        ge=1,
+        description="Fixed training steps per trial (reproducible); default: trials are time-boxed.",
+    )
     trial_memory_mb: int = Field(6144, ge=256, description="Memory limit of one trial.")
     trial_cpus: float | None = Field(None, description="CPU limit of one trial (docker).")
     max_submissions: int | None = Field(

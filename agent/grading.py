@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import os
 import secrets
@@ -17,6 +18,15 @@ from typing import Any
 import httpx
 
 from agent.workspace import RunPaths, atomic_write_json
+
+
+def _die_with_parent() -> None:
+    """Child-side: get SIGTERM when the run's process dies, even by SIGKILL, so no grader is orphaned."""
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
 
 
 class GraderError(RuntimeError):
@@ -84,8 +94,25 @@ class GraderProcess:
         config_path.chmod(0o600)
         return cls(paths, config)
 
+    def stop_stale(self) -> None:
+        """Stop a grader left by an earlier process of this run, so two servers never share one store."""
+        pid_file = self.paths.grader_dir / "server.pid"
+        try:
+            pid = int(pid_file.read_text())
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except (OSError, ValueError):
+            return
+        if b"grader" in cmdline and str(self.paths.grader_dir).encode() in cmdline:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+            for _ in range(50):
+                if not Path(f"/proc/{pid}").exists():
+                    break
+                time.sleep(0.1)
+
     def start(self, ready_timeout_s: float = 600.0, on_wait: Any = None) -> dict[str, Any]:
         """Start `python -m grader serve` and wait until its baseline is scored. Returns /health."""
+        self.stop_stale()
         log = open(self.paths.grader_dir / "server.out", "ab")  # noqa: SIM115 - owned by the child
         env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "RLLOOP_TOKEN"))}
         self.proc = subprocess.Popen(
@@ -94,7 +121,9 @@ class GraderProcess:
             stderr=subprocess.STDOUT,
             env=env,
             start_new_session=True,  # our Ctrl-C handling stops it explicitly, after the trial
+            preexec_fn=_die_with_parent,
         )
+        (self.paths.grader_dir / "server.pid").write_text(str(self.proc.pid))
         log.close()
         deadline = time.monotonic() + ready_timeout_s
         while time.monotonic() < deadline:
@@ -113,19 +142,28 @@ class GraderProcess:
                 on_wait()
             time.sleep(0.5)
         self.stop()
-        raise GraderError(f"grading server not ready after {ready_timeout_s:.0f}s; see {self.paths.grader_dir}")
+        raise GraderError(
+            f"grading server not ready after {ready_timeout_s:.0f}s; see {self.paths.grader_dir}"
+        )
 
     def _headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.token}"}
 
     def submit(self, model_path: Path, timeout_s: float = 1800.0) -> dict[str, Any]:
         response = httpx.post(
-            f"{self.url}/submit", json={"model_path": str(model_path)}, headers=self._headers(), timeout=timeout_s
+            f"{self.url}/submit",
+            json={"model_path": str(model_path)},
+            headers=self._headers(),
+            timeout=timeout_s,
         )
-        body = response.json() if response.headers.get("content-type", "").startswith("application/json") else {}
+        body = (
+            response.json() if response.headers.get("content-type", "").startswith("application/json") else {}
+        )
         if response.status_code >= 400:
             detail = body.get("detail") if isinstance(body, dict) else None
-            raise GraderError(f"grader refused the submission ({response.status_code}): {detail or response.text}")
+            raise GraderError(
+                f"grader refused the submission ({response.status_code}): {detail or response.text}"
+            )
         return dict(body)
 
     def get(self, path: str) -> Any:

@@ -35,7 +35,7 @@ class Reporter:
     """Prints progress for a person and writes the same story, timestamped, to the run's log file."""
 
     def __init__(self, log_file: Path | None, quiet: bool = False) -> None:
-        self.console = Console(highlight=False, quiet=quiet)
+        self.console = Console(highlight=False, quiet=quiet, soft_wrap=True)
         self.logger = logging.getLogger(f"rlloop.run.{id(self)}")
         self.logger.setLevel(logging.INFO)
         self.logger.propagate = False

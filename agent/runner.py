@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import sqlite3
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -35,7 +36,18 @@ from sandbox.base import Sandbox
 FINISH_RESERVE_S = 20.0  # budget kept back for the final grading and bookkeeping
 
 
-class RunInterrupted(Exception):
+def failpoint(name: str, index: int | None = None) -> None:
+    """Crash-test hook: `RLLOOP_FAILPOINT=run_trial:2` kills this process with SIGKILL at that point of trial 2,
+    exactly like `kill -9` would. Unset in normal use; the resume tests use it to crash at every node."""
+    target = os.environ.get("RLLOOP_FAILPOINT")
+    if not target:
+        return
+    where, _, trial = target.partition(":")
+    if where == name and (not trial or index is None or int(trial) == index):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+class RunInterrupted(KeyboardInterrupt):
     """Ctrl-C or SIGTERM: stop children, keep everything written so far."""
 
 
@@ -60,7 +72,7 @@ def make_proposer(config: RunConfig, budget: Budget) -> Proposer:
         )
     from agent.proposers.builtin import BuiltinProposer
 
-    return BuiltinProposer()
+    return BuiltinProposer(max_steps=config.trial_steps)
 
 
 def make_sandbox(config: RunConfig, reporter: Reporter) -> Sandbox:
@@ -165,9 +177,8 @@ class Research:
 
     # ---- nodes -------------------------------------------------------------------------------------------------
     def prepare(self, state: LoopState) -> dict[str, Any]:
-        health = self.grader.get("/health")
-        baseline = health.get("baseline") or {}
-        score = baseline.get("score", health.get("baseline_score"))
+        baseline = self.grader.get("/scores").get("baseline") or {}
+        score = baseline["score"]
         parent = self.tracker.start_parent(
             self.paths.run_id,
             self.config.benchmark,
@@ -220,6 +231,7 @@ class Research:
             seed=self.config.seed,
             feedback=state.get("feedback"),
         )
+        failpoint("propose", index)
         try:
             proposal = self.proposer.propose(context)
         except (
@@ -309,6 +321,8 @@ class Research:
             model_path=start_checkpoint(record.proposal, self.paths, self.base_model, trials),
         )
         with self.reporter.watching(f"{record.trial_id} training", request.log_path):
+            if os.environ.get("RLLOOP_FAILPOINT", "").startswith("run_trial"):
+                threading.Timer(3.0, failpoint, ("run_trial", record.index)).start()  # die mid-training
             result = self.sandbox.run(request)
         record = outcome(record, result, self.paths, started)
         record.sandbox = {"backend": result.backend, "image_digest": result.image_digest}
@@ -387,9 +401,18 @@ class Research:
         assert record.checkpoint is not None
         grader = self.grader
         started = time.monotonic()
+        recovered = self.earlier_submission(self.paths.workspace / record.checkpoint)
+        if recovered is not None:  # graded before a crash, never recorded: take that result, submit nothing
+            record.score, record.submission_id = recovered["score"], recovered["submission_id"]
+            record.grading = {**recovered, "recovered_after_crash": True}
+            self.reporter.info(
+                f"    {record.trial_id} was graded before the interruption: reusing that result"
+            )
+            return {"current": record.model_dump(mode="json"), "submissions": recovered["total_submissions"]}
         try:
             with self.reporter.watching(f"{record.trial_id} grading"):
                 answer = grader.submit(self.paths.workspace / record.checkpoint)
+            failpoint("submit", record.index)  # graded, but the graph has not recorded it yet
         except GraderError as exc:
             record.status, record.error = "failed", str(exc)
             self.reporter.error(f"{record.trial_id}: {exc}")
@@ -402,8 +425,25 @@ class Research:
             "submissions": int(answer.get("total_submissions", 0)),
         }
 
+    def earlier_submission(self, checkpoint: Path) -> dict[str, Any] | None:
+        """The grader's finished, counted submission of this exact checkpoint folder, if there is one."""
+        scores = self.grader.get("/scores")
+        counted = [
+            s
+            for s in scores.get("submissions", [])
+            if s.get("duplicate_of") is None and s.get("score") is not None
+        ]
+        for view in counted:
+            if (
+                view.get("status") == "done"
+                and Path(view.get("model_path", "")).resolve() == checkpoint.resolve()
+            ):
+                return {**view, "total_submissions": len(counted)}
+        return None
+
     def record(self, state: LoopState) -> dict[str, Any]:
         record = TrialRecord.model_validate(state["current"])
+        failpoint("record", record.index)
         trials = [*state.get("trials", []), record.model_dump(mode="json")]
         update: dict[str, Any] = {"trials": trials, "current": None}
         best, best_id = state.get("best_score"), state.get("best_trial_id")
@@ -418,7 +458,7 @@ class Research:
                 update.update(best_score=best, best_trial_id=best_id)
             step = int(state.get("submissions", len(scores)))
             improvement = best - (baseline or 0.0)
-            if parent:
+            if parent and not self.tracker.has_metric_at(parent, "score", step):
                 self.tracker.log_metrics(
                     parent,
                     {
@@ -474,12 +514,21 @@ class Research:
         """Read final results from the grader (never from workspace files), write results.csv, plot, MLflow."""
         final: dict[str, Any] = {}
         try:
-            if self._grader is not None or success:
+            if status != "interrupted" and (
+                self._grader is not None or success
+            ):  # a resumed run must still submit
                 final = self.grader.finalize()
         except (GraderError, OSError) as exc:
             self.reporter.warn(f"could not read final results from the grader: {exc}")
-        baseline = _first(final, "baseline_score", default=state.get("baseline_score"))
-        best = _first(final, "best_score", default=state.get("best_score"))
+        # the final best is chosen on the public split and reported on the private one (when the run has the split)
+        baseline = _first(
+            final,
+            "baseline_private_score",
+            default=_first(final, "baseline_score", state.get("baseline_score")),
+        )
+        best = _first(
+            final, "final_private_score", default=_first(final, "best_score", state.get("best_score"))
+        )
         submissions = int(_first(final, "total_submissions", default=state.get("submissions", 0)) or 0)
         improvement = (best - baseline) if best is not None and baseline is not None else None
         duration = self.used_s(state)
@@ -594,6 +643,8 @@ def execute(
     sandbox = make_sandbox(config, reporter)
     reporter.info(f"proposer: {proposer.name} | sandbox: {sandbox.name} | workspace: {paths.workspace}")
     research = Research(config, paths, reporter, proposer, sandbox, budget)
+    if resume_run_id:
+        sandbox.cleanup({"rlloop.run": run_id})  # trials an earlier, killed process left running
     research.base_model = base_model
     graph = build_graph(research).compile(checkpointer=open_checkpointer(paths.checkpoints_db))
     thread: RunnableConfig = {"configurable": {"thread_id": run_id}, "recursion_limit": 10_000}
@@ -621,7 +672,9 @@ def execute(
         reporter.warn(f"interrupted ({exc or 'SIGINT'}): stopping trials, keeping the workspace and logs")
         research.sandbox.cleanup({"rlloop.run": run_id})
         values = graph.get_state(thread).values
-        summary = research.finalize(cast(LoopState, values), success=False, status="interrupted", reason=str(exc or "SIGINT"))
+        summary = research.finalize(
+            cast(LoopState, values), success=False, status="interrupted", reason=str(exc or "SIGINT")
+        )
         research.close()
         reporter.info(f"resume with: rlloop resume {run_id}")
         reporter.close()
@@ -675,8 +728,12 @@ def print_summary(reporter: Reporter, values: dict[str, Any], summary: dict[str,
     else:
         reporter.info("no submission beat the baseline")
     grader = summary.get("grader") or {}
-    if grader.get("best_private_score") is not None:
-        reporter.info(f"private (held-out) score of the chosen best: {grader['best_private_score']:.3f}")
+    if grader.get("public_private_split") and grader.get("final_private_score") is not None:
+        private, private_base = grader["final_private_score"], grader.get("baseline_private_score") or 0.0
+        reporter.info(
+            f"on the private half of the test set (never used to choose): best {private:.3f} vs baseline "
+            f"{private_base:.3f}, {100 * (private - private_base):+.1f} points"
+        )
     reporter.info(
         f"results: {summary.get('workspace', '')} | plot: score_over_submissions.png | `rlloop ui` for MLflow"
     )

@@ -70,7 +70,10 @@ def run_row(run_dir: Path) -> RunRow | None:
     if summary_path.exists() and status not in ("running",):
         try:
             summary = json.loads(summary_path.read_text())
-            if summary.get("status") == "interrupted" and state.get("status") not in ("finished", "terminated"):
+            if summary.get("status") == "interrupted" and state.get("status") not in (
+                "finished",
+                "terminated",
+            ):
                 status = "interrupted (resumable)"
         except ValueError:
             pass

@@ -21,7 +21,7 @@ TRIAL_TAG = "rlloop.trial_id"
 
 def _quiet_mlflow() -> None:
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
-    for name in ("mlflow", "alembic", "alembic.runtime.migration"):
+    for name in ("mlflow", "mlflow.store.db.utils", "alembic", "alembic.runtime.migration"):
         logging.getLogger(name).setLevel(logging.WARNING)
 
 
@@ -32,6 +32,7 @@ class Tracker:
         _quiet_mlflow()
         from mlflow import MlflowClient
 
+        _quiet_mlflow()  # mlflow sets its own logger levels on import
         self.client = MlflowClient(tracking_uri=tracking_uri)
         self.tracking_uri = tracking_uri
         self.artifact_root = artifact_root
@@ -43,7 +44,9 @@ class Tracker:
             return str(experiment.experiment_id)
         self.artifact_root.mkdir(parents=True, exist_ok=True)
         try:
-            return str(self.client.create_experiment(name, artifact_location=(self.artifact_root / name).as_uri()))
+            return str(
+                self.client.create_experiment(name, artifact_location=(self.artifact_root / name).as_uri())
+            )
         except Exception:  # created concurrently by another run
             experiment = self.client.get_experiment_by_name(name)
             if experiment is None:
@@ -54,7 +57,8 @@ class Tracker:
         """Return the parent run for this research run, creating it only if it does not exist yet."""
         experiment_id = self.experiment_id(benchmark)
         found = self.client.search_runs(
-            [experiment_id], filter_string=f"tags.`{PARENT_TAG}` = '{run_id}' and tags.`rlloop.kind` = 'parent'"
+            [experiment_id],
+            filter_string=f"tags.`{PARENT_TAG}` = '{run_id}' and tags.`rlloop.kind` = 'parent'",
         )
         if found:
             parent = found[0].info.run_id
@@ -70,6 +74,10 @@ class Tracker:
     def log_metrics(self, parent: str, metrics: dict[str, float], step: int = 0) -> None:
         for key, value in metrics.items():
             self.client.log_metric(parent, key, float(value), step=step)
+
+    def has_metric_at(self, parent: str, key: str, step: int) -> bool:
+        """True when `key` was already logged at `step` (a resumed run re-running its record step)."""
+        return any(m.step == step for m in self.client.get_metric_history(parent, key))
 
     def log_trial(
         self,
@@ -100,7 +108,10 @@ class Tracker:
         if trial.error:
             tags["rlloop.error"] = trial.error[:5000]
         child = self.client.create_run(experiment_id, run_name=trial.trial_id, tags=tags).info.run_id
-        params: dict[str, Any] = {"recipe": trial.proposal.recipe, "init_from": trial.proposal.init_from or "base"}
+        params: dict[str, Any] = {
+            "recipe": trial.proposal.recipe,
+            "init_from": trial.proposal.init_from or "base",
+        }
         params.update({f"hp.{k}": v for k, v in trial.proposal.hyperparameters.items()})
         for key, value in params.items():
             self.client.log_param(child, key, str(value)[:500])

@@ -35,7 +35,9 @@ def python_for(sandbox: Sandbox) -> str:
     return getattr(sandbox, "python", None) or (sys.executable if sandbox.name == "local" else "python")
 
 
-def start_checkpoint(proposal: Proposal, paths: RunPaths, base_model: Path, trials: list[TrialRecord]) -> Path:
+def start_checkpoint(
+    proposal: Proposal, paths: RunPaths, base_model: Path, trials: list[TrialRecord]
+) -> Path:
     if proposal.init_from in (None, "", "base"):
         return base_model
     parent = next((t for t in trials if t.trial_id == proposal.init_from), None)
@@ -53,7 +55,9 @@ def recipe_config(
     try:
         recipe = get_recipe(proposal.recipe)
     except KeyError as exc:
-        raise TrialSetupError(str(exc.args[0]) if exc.args else f"unknown recipe {proposal.recipe!r}") from None
+        raise TrialSetupError(
+            str(exc.args[0]) if exc.args else f"unknown recipe {proposal.recipe!r}"
+        ) from None
     config: dict[str, Any] = {
         "model_path": str(model_path),
         "train_file": str(paths.data_dir / "train.jsonl"),
@@ -62,7 +66,7 @@ def recipe_config(
         **proposal.hyperparameters,
     }
     try:
-        validated = recipe.config_cls.model_validate(config)
+        validated = recipe.config_class.model_validate(config)
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
         raise TrialSetupError(f"invalid hyperparameters for {proposal.recipe}: {problems}") from None
@@ -93,10 +97,16 @@ def prepare_trial(
         atomic_write_text(trial_dir / "train.py", proposal.train_py)
         atomic_write_json(
             trial_dir / "config.json",
-            {"model_path": str(model_path), "output_dir": str(trial_dir / "output"), **proposal.hyperparameters},
+            {
+                "model_path": str(model_path),
+                "output_dir": str(trial_dir / "output"),
+                **proposal.hyperparameters,
+            },
         )
         return [python, str(trial_dir / "train.py")]
-    config = recipe_config(proposal, model_path=model_path, trial_dir=trial_dir, paths=paths, benchmark=benchmark)
+    config = recipe_config(
+        proposal, model_path=model_path, trial_dir=trial_dir, paths=paths, benchmark=benchmark
+    )
     atomic_write_json(trial_dir / "config.json", config)
     return [python, "-m", "trainers", proposal.recipe, "--config", str(trial_dir / "config.json")]
 
@@ -159,6 +169,10 @@ def outcome(record: TrialRecord, result: SandboxResult, paths: RunPaths, started
     else:
         record.status = "failed"
         last_line = next((ln for ln in reversed(result.log_tail.splitlines()) if ln.strip()), "")
-        reason = result.reason() if not result.ok else "finished without writing a checkpoint (config.json + weights)"
+        reason = (
+            result.reason()
+            if not result.ok
+            else "finished without writing a checkpoint (config.json + weights)"
+        )
         record.error = f"{reason}: {last_line[:300]}" if last_line else reason
     return record

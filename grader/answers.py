@@ -9,7 +9,8 @@ from __future__ import annotations
 import re
 from decimal import Decimal, InvalidOperation
 
-_NUMBER = r"-?\$?\s?\d[\d,]*(?:\.\d+)?"
+# Commas only as thousands separators ("1,234"), so "1,8" or a list "3,4,5" are not read as one number.
+_NUMBER = r"-?\$?\s?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?"
 _MARKERS = [
     re.compile(r"####\s*(" + _NUMBER + ")"),
     re.compile(

@@ -218,6 +218,14 @@ class VLLMEngine:
         outputs = self.llm.generate(prompts, params, use_tqdm=False)
         return [o.outputs[0].text for o in outputs]
 
+    def close(self) -> None:
+        """Release the GPU memory vLLM holds, so the next submission's engine fits."""
+        import gc
+
+        del self.llm
+        gc.collect()
+        torch.cuda.empty_cache()
+
 
 def select_samples(samples: Sequence[Sample], config: EvalConfig) -> list[Sample]:
     """The samples an evaluation covers: the first `limit` of them, or all."""
@@ -263,7 +271,8 @@ def evaluate_model(
     return run_evaluation(HFEngine(model, tokenizer), samples, benchmark, config)
 
 
-def _use_vllm(config: EvalConfig, model_path: Path) -> bool:
+def use_vllm(config: EvalConfig, model_path: Path) -> bool:
+    """Whether `config` and this machine call for vLLM (GPU + vllm installed + safetensors weights)."""
     if config.engine == "hf":
         return False
     has_safetensors = any(Path(model_path).glob("*.safetensors"))
@@ -287,10 +296,12 @@ def evaluate(
 
     config = config or EvalConfig()
     tokenizer_path = Path(tokenizer_path or model_path)
-    if _use_vllm(config, Path(model_path)):
-        return run_evaluation(
-            VLLMEngine(Path(model_path), tokenizer_path, config.seed), samples, benchmark, config
-        )
+    if use_vllm(config, Path(model_path)):
+        engine = VLLMEngine(Path(model_path), tokenizer_path, config.seed)
+        try:
+            return run_evaluation(engine, samples, benchmark, config)
+        finally:
+            engine.close()
     tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_path), trust_remote_code=False)
     model = load_model(Path(model_path))
     if torch.cuda.is_available():

@@ -11,9 +11,11 @@ import hashlib
 import json
 import logging
 import queue
+import tempfile
 import threading
 import time
 from concurrent.futures import Future
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -32,7 +34,7 @@ from grader.checkpoint import (
     weights_fingerprint,
 )
 from grader.config import GraderConfig
-from grader.evaluation import EvalResult, evaluate_model, select_samples
+from grader.evaluation import EvalResult, evaluate, evaluate_model, select_samples, vllm_available
 from grader.stats import ScoreSummary, summarize
 from grader.store import Baseline, Store, Submission, write_json_atomically
 
@@ -167,7 +169,15 @@ class GraderService:
 
     # --- evaluation -------------------------------------------------------------------------------------------
     def _evaluate(self, model: Any) -> EvalResult:
-        assert self.benchmark is not None
+        """Score a loaded (already validated, adapter-merged) model; vLLM gets a clean re-saved copy of it."""
+        assert self.benchmark is not None and self.base_ref is not None
+        if self.config.eval.engine != "hf" and vllm_available():
+            with tempfile.TemporaryDirectory(prefix="vllm-", dir=self.private_dir) as tmp:
+                model.save_pretrained(tmp, safe_serialization=True)
+                self.tokenizer.save_pretrained(tmp)
+                return evaluate(
+                    Path(tmp), self.samples, self.benchmark, self.config.eval, tokenizer_path=Path(tmp)
+                )
         if torch.cuda.is_available():
             model = model.to("cuda")
         return evaluate_model(model, self.tokenizer, self.samples, self.benchmark, self.config.eval)

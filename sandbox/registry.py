@@ -1,4 +1,4 @@
-"""Pick a sandbox backend by name: "local", "docker", or "auto" (docker when usable, else local)."""
+"""Pick a sandbox backend by name: "local", "docker", "ray", or "auto" (docker when usable, else local)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,13 @@ def _docker(**opts: Any) -> Sandbox:
     return DockerSandbox(**opts)
 
 
-_BACKENDS: dict[str, Callable[..., Sandbox]] = {"local": _local, "docker": _docker}
+def _ray(**opts: Any) -> Sandbox:
+    from sandbox.backends.ray import RaySandbox
+
+    return RaySandbox(**opts)
+
+
+_BACKENDS: dict[str, Callable[..., Sandbox]] = {"local": _local, "docker": _docker, "ray": _ray}
 
 
 def register_backend(name: str, factory: Callable[..., Sandbox]) -> None:

@@ -13,18 +13,22 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+from trainers.data import DataFileError
+
 EXPERIENCE_HEADER = "Experience:"
 
 
-class ContextError(ValueError):
-    """A context file that cannot be used; the message names the file (and line) and what to fix."""
+class ContextError(DataFileError):
+    """A context file that cannot be used; the message names the file (and line) and what to fix.
+
+    A DataFileError, so `python -m trainers` reports it as bad input (exit 2, one line)."""
 
 
 def _item(value: object, where: str) -> str:
     if isinstance(value, dict):
         value = value.get("text")
     if not isinstance(value, str) or not value.strip():
-        raise ContextError(f"{where}: each experience item must be a non-empty string or {{\"text\": \"...\"}}")
+        raise ContextError(f'{where}: each experience item must be a non-empty string or {{"text": "..."}}')
     return value.strip()
 
 
@@ -50,7 +54,7 @@ def read_experience(path: Path) -> list[str]:
     if isinstance(data, dict):
         data = data.get("experience")
     if not isinstance(data, list):
-        raise ContextError(f"{path}: expected a JSON list of strings or {{\"experience\": [...]}}")
+        raise ContextError(f'{path}: expected a JSON list of strings or {{"experience": [...]}}')
     return [_item(v, f"{path}: item {i}") for i, v in enumerate(data)]
 
 
@@ -83,7 +87,9 @@ def load_context(context: str | None, context_file: Path | None) -> str:
             system_prompt = "\n".join(p for p in (context, text) if p and p.strip())
     rendered = render_context(system_prompt, experience)
     if not rendered:
-        raise ContextError("no context to distil: set `context` (text) or `context_file` (experience list or prompt)")
+        raise ContextError(
+            "no context to distil: set `context` (text) or `context_file` (experience list or prompt)"
+        )
     return rendered
 
 

@@ -53,7 +53,11 @@ def opo_advantages(rewards: torch.Tensor, lengths: torch.Tensor, group_size: int
 
 
 def policy_gradient_loss(
-    token_logprobs: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor, *, normaliser: float | None = None
+    token_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    normaliser: float | None = None,
 ) -> torch.Tensor:
     """Exactly on-policy REINFORCE: -sum_i A_i sum_t log p(y_it) / normaliser.
 

@@ -44,7 +44,7 @@ def greedy_completions(
         for start in range(0, len(prompts), batch_size):
             chunk = list(prompts[start : start + batch_size])
             enc = tokenizer(chunk, return_tensors="pt", padding=True)
-            generated = model.generate(
+            generated = model.generate(  # type: ignore[operator]
                 **enc,
                 max_new_tokens=max_new_tokens,
                 do_sample=False,
@@ -71,9 +71,15 @@ def accuracy(
     if not samples:
         raise ValueError("no samples to evaluate; pass a non-empty split or subset")
     completions = greedy_completions(
-        model, tokenizer, [s.prompt for s in samples], max_new_tokens=benchmark.max_new_tokens, batch_size=batch_size
+        model,
+        tokenizer,
+        [s.prompt for s in samples],
+        max_new_tokens=benchmark.max_new_tokens,
+        batch_size=batch_size,
     )
-    scores = [benchmark.score(cut_at_stop(c, benchmark.stop), s) for c, s in zip(completions, samples, strict=True)]
+    scores = [
+        benchmark.score(cut_at_stop(c, benchmark.stop), s) for c, s in zip(completions, samples, strict=True)
+    ]
     return sum(scores) / len(scores)
 
 

@@ -14,15 +14,19 @@ class Proposal(BaseModel):
 
     hypothesis: str = Field(description="What this trial tests, in one sentence.")
     rationale: str = Field(default="", description="Why, given the trials so far.")
-    recipe: str = Field(description="A trainer recipe name, e.g. 'sft' or 'grpo' (see `python -m trainers --list`).")
+    recipe: str = Field(
+        description="A trainer recipe name, e.g. 'sft' or 'grpo' (see `python -m trainers --list`)."
+    )
     hyperparameters: dict[str, Any] = Field(
         default_factory=dict, description="Fields of the recipe's config, e.g. learning_rate, max_steps."
     )
     init_from: str | None = Field(
-        default=None, description="trial_id whose checkpoint to continue from; None starts from the base model."
+        default=None,
+        description="trial_id whose checkpoint to continue from; None starts from the base model.",
     )
     train_py: str | None = Field(
-        default=None, description="Optional training script run instead of the recipe; it must write a checkpoint."
+        default=None,
+        description="Optional training script run instead of the recipe; it must write a checkpoint.",
     )
     estimated_cost_s: float | None = Field(default=None, description="Estimated compute seconds.")
 

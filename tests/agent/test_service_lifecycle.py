@@ -16,25 +16,12 @@ from tests.agent.service_support import kill_workers, running_service, wait_for
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture
-def model_home(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A home with tiny-arith built: the suite's shared fixture when there is one, else built here once."""
-    try:
-        return Path(request.getfixturevalue("tiny_model_home"))
-    except pytest.FixtureLookupError:
-        from trainers.tiny import build_tiny_arith
-
-        home = tmp_path_factory.mktemp("service-home")
-        build_tiny_arith(home / "models" / "tiny-arith", progress=False)
-        return home
-
-
 def _waiting(body: dict[str, object]) -> bool:
     return body["status"] == "waiting for approval"
 
 
-def test_run_cancel_resume_and_terminate_through_the_api(model_home: Path) -> None:
-    home = model_home
+def test_run_cancel_resume_and_terminate_through_the_api(tiny_model_home: Path) -> None:
+    home = tiny_model_home
     request = {
         "run_id": "svc-1",
         "loop_n": 1,
@@ -79,10 +66,9 @@ def test_run_cancel_resume_and_terminate_through_the_api(model_home: Path) -> No
             assert decided.status_code == 200, decided.text
             body = wait_for(client, "svc-1", lambda b: b["worker"]["state"] == "exited", timeout=300)
             assert body["status"] == "terminated", body
-            assert (
-                body["trial_list"][0]["status"] == "rejected"
-                and "terminated by ci" in body["trial_list"][0]["error"]
-            )
+            # a terminated run records no trial: the rejected proposal stays as the run's last `current`
+            assert body["stop_reason"] == "terminated by a reviewer" and body["trial_list"] == []
+            assert body["current"]["status"] == "rejected" and "terminated by ci" in body["current"]["error"]
             assert body["worker"]["exit_code"] == 0
             assert client.post("/runs/svc-1/resume").status_code == 409  # nothing left to resume
     finally:

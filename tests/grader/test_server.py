@@ -215,5 +215,9 @@ def test_kill_during_evaluation_then_restart(grader_factory: Any) -> None:
     assert len(rows) == 1  # nothing lost, nothing doubled
     retry = grader.submit(ckpt)  # the client retrying after the crash gets the same evaluation
     assert retry.status_code == 200 and retry.json()["duplicate_of"] == victim["submission_id"]
-    assert "re-queueing submission" in (grader.private_dir / "grader.log").read_text()
+    log = (grader.private_dir / "grader.log").read_text()
+    assert "re-queueing submission" in log
+    assert (
+        log.count("scoring the baseline") == 1 and "baseline found in the store" in log
+    )  # cached, same config
     assert json.loads(grader.mirror.read_text()) == grader.get("/scores")

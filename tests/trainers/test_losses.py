@@ -119,9 +119,7 @@ def test_forward_kl_matches_definition() -> None:
         expected += float((p * (p / q).log()).sum())
     assert losses.forward_kl(t, s).item() == pytest.approx(expected / 2)
     assert losses.forward_kl(t, s, torch.tensor([[0, 1]])).item() == pytest.approx(
-        float(
-            (torch.softmax(t[0, 1].double(), -1) * (torch.softmax(t[0, 1].double(), -1) / 0.5).log()).sum()
-        )
+        float((torch.softmax(t[0, 1].double(), -1) * (torch.softmax(t[0, 1].double(), -1) / 0.5).log()).sum())
     )
 
 

@@ -18,10 +18,12 @@ import torch
 from pydantic import BaseModel, Field, ValidationError
 
 from grader.benchmarks import Sample
-from trainers import losses
+from trainers import losses, runtime
 from trainers.algorithms import onpolicy as op
 from trainers.algorithms.opcd import OPCDConfig, distill
 from trainers.experience import render_context, write_experience
+from trainers.registry import Recipe
+from trainers.result import TrainResult
 
 DEFAULT_RUBRIC = (
     "Score 1.0 when the response gives the correct final answer in the required format and nothing else, "
@@ -44,7 +46,9 @@ class CoachConfig(OPCDConfig):
     coach_model: str = "gpt-4o-mini"
     rubric: str = DEFAULT_RUBRIC
     show_reference: bool = True  # give the coach the reference answer along with each response
-    experience_samples: int = Field(default=16, ge=1)  # responses the coach reviews to write experience (distill)
+    experience_samples: int = Field(
+        default=16, ge=1
+    )  # responses the coach reviews to write experience (distill)
     max_experience_items: int = Field(default=8, ge=1)
     request_timeout: float = Field(default=120.0, gt=0)
     num_generations: int = 8  # rl mode: group size; distill mode uses it as OPCD samples per prompt
@@ -62,13 +66,17 @@ class _Experience(BaseModel):
 class Coach:
     """Talks to the coach model; every call asks for a JSON object and validates it."""
 
-    def __init__(self, model: str, rubric: str, *, show_reference: bool = True, timeout: float = 120.0) -> None:
+    def __init__(
+        self, model: str, rubric: str, *, show_reference: bool = True, timeout: float = 120.0
+    ) -> None:
         from openai import OpenAI
 
         base_url = os.environ.get("OPENAI_BASE_URL", "").strip()
         api_key = os.environ.get("OPENAI_API_KEY", "").strip()
         if not base_url or not api_key:
-            missing = " and ".join(n for n, v in (("OPENAI_BASE_URL", base_url), ("OPENAI_API_KEY", api_key)) if not v)
+            missing = " and ".join(
+                n for n, v in (("OPENAI_BASE_URL", base_url), ("OPENAI_API_KEY", api_key)) if not v
+            )
             raise CoachUnavailable(
                 f"the coach needs an OpenAI-compatible endpoint: set {missing} "
                 "(e.g. OPENAI_BASE_URL=https://api.openai.com/v1 or a local vLLM server's http://HOST:PORT/v1)"
@@ -117,7 +125,9 @@ class Coach:
         try:
             scores = _Scores.model_validate(data).scores
         except ValidationError as exc:
-            raise CoachReplyError(f'coach reply lacks a numeric "scores" list: {json.dumps(data)[:200]}') from exc
+            raise CoachReplyError(
+                f'coach reply lacks a numeric "scores" list: {json.dumps(data)[:200]}'
+            ) from exc
         if len(scores) != len(responses):
             raise CoachReplyError(f"coach returned {len(scores)} scores for {len(responses)} responses")
         return [min(1.0, max(0.0, float(x))) for x in scores]
@@ -138,7 +148,9 @@ class Coach:
         try:
             lessons = _Experience.model_validate(data).experience
         except ValidationError as exc:
-            raise CoachReplyError(f'coach reply lacks an "experience" list of strings: {json.dumps(data)[:200]}') from exc
+            raise CoachReplyError(
+                f'coach reply lacks an "experience" list of strings: {json.dumps(data)[:200]}'
+            ) from exc
         lessons = [x.strip() for x in lessons if x.strip()][:max_items]
         if not lessons:
             raise CoachReplyError("coach wrote no experience items")
@@ -146,18 +158,28 @@ class Coach:
 
 
 def coach_from(config: CoachConfig) -> Coach:
-    return Coach(config.coach_model, config.rubric, show_reference=config.show_reference, timeout=config.request_timeout)
+    return Coach(
+        config.coach_model,
+        config.rubric,
+        show_reference=config.show_reference,
+        timeout=config.request_timeout,
+    )
 
 
-def _run_distill(config: CoachConfig, coach: Coach) -> dict[str, object]:
+def _run_distill(config: CoachConfig, coach: Coach) -> TrainResult:
     samples = op.load_samples(config.train_file, config.max_train_samples)
     student, tokenizer = op.load_policy(config)
     teacher = op.load_frozen(config.model_path)
+    runtime.prepare_output_dir(config.output_dir)
     reviewed = samples[: config.experience_samples]
     max_new = op.new_tokens_budget(config)
-    rollout = op.sample(student, tokenizer, [s.prompt for s in reviewed], max_new_tokens=max_new, do_sample=False)
+    rollout = op.sample(
+        student, tokenizer, [s.prompt for s in reviewed], max_new_tokens=max_new, do_sample=False
+    )
     scores = coach.score(reviewed, rollout.texts)
     lessons = coach.experience(reviewed, rollout.texts, scores, config.max_experience_items)
+    runtime.log(f"coach: mean score {op.mean(scores):.3f} on {len(scores)} responses; {len(lessons)} lessons")
+    write_experience(config.output_dir / "experience.json", lessons)
     context = render_context(config.context, lessons)
     eval_before = op.evaluate(student, tokenizer, config)
     clock = op.Clock(config.max_seconds)
@@ -169,30 +191,33 @@ def _run_distill(config: CoachConfig, coach: Coach) -> dict[str, object]:
         context,
         config,
         clock=clock,
-        log=lambda r: print(f"[coach] {r}", flush=True),
+        log=lambda r: runtime.log(f"coach-distill step {int(r['step'])}/{config.max_steps} kl {r['kl']:.4g}"),
     )
-    write_experience(config.output_dir / "experience.json", lessons)
-    return {
-        "recipe": "coach",
-        "mode": "distill",
-        "coach_score_before": op.mean(scores),
-        "experience": lessons,
-        "steps": len(history),
-        "train_seconds": clock.elapsed,
-        "train_tokens": tokens,
-        "kl_first": history[0]["kl"] if history else None,
-        "kl_last": history[-1]["kl"] if history else None,
-        "history": history,
-        "eval_accuracy_before": eval_before,
-        "eval_accuracy": op.evaluate(student, tokenizer, config),
-        "_model": student,
-        "_tokenizer": tokenizer,
-    }
+    return op.finish(
+        recipe="coach",
+        config=config,
+        model=student,
+        tokenizer=tokenizer,
+        history=history,
+        clock=clock,
+        samples_seen=len(history) * config.per_device_train_batch_size,
+        loss_key="kl",
+        extra={
+            "coach_score_before": op.mean(scores),
+            "experience_items": len(lessons),
+            "kl_first": history[0]["kl"] if history else None,
+            "kl_last": history[-1]["kl"] if history else None,
+            "train_tokens": tokens,
+            "eval_accuracy_before": eval_before,
+            "eval_accuracy": op.evaluate(student, tokenizer, config),
+        },
+    )
 
 
-def _run_rl(config: CoachConfig, coach: Coach) -> dict[str, object]:
+def _run_rl(config: CoachConfig, coach: Coach) -> TrainResult:
     samples = op.load_samples(config.train_file, config.max_train_samples)
     student, tokenizer = op.load_policy(config)
+    runtime.prepare_output_dir(config.output_dir)
     group = config.num_generations
     max_new = op.new_tokens_budget(config)
     next_batch = op.batches(samples, config.prompts_per_step(), config.seed)
@@ -206,11 +231,17 @@ def _run_rl(config: CoachConfig, coach: Coach) -> dict[str, object]:
             break
         batch = [s for s in next_batch() for _ in range(group)]
         rollout = op.sample(
-            student, tokenizer, [s.prompt for s in batch], max_new_tokens=max_new, temperature=config.temperature
+            student,
+            tokenizer,
+            [s.prompt for s in batch],
+            max_new_tokens=max_new,
+            temperature=config.temperature,
         )
         rewards = torch.tensor(coach.score(batch, rollout.texts))
         advantages = losses.group_advantages(rewards, group)
-        logits = op.completion_logits(student, rollout.sequences, rollout.attention_mask, rollout.completion_ids.shape[1])
+        logits = op.completion_logits(
+            student, rollout.sequences, rollout.attention_mask, rollout.completion_ids.shape[1]
+        )
         loss = losses.policy_gradient_loss(
             op.token_logprobs(logits, rollout.completion_ids),
             advantages,
@@ -222,26 +253,37 @@ def _run_rl(config: CoachConfig, coach: Coach) -> dict[str, object]:
         row = {"step": float(step_number), "coach_score": float(rewards.mean()), "loss": float(loss.detach())}
         history.append(row)
         if step_number % config.logging_steps == 0 or step_number == 1:
-            print(f"[coach-rl] {row}", flush=True)
-    return {
-        "recipe": "coach",
-        "mode": "rl",
-        "steps": len(history),
-        "train_seconds": clock.elapsed,
-        "train_tokens": tokens,
-        "history": history,
-        "eval_accuracy_before": eval_before,
-        "eval_accuracy": op.evaluate(student, tokenizer, config),
-        "_model": student,
-        "_tokenizer": tokenizer,
-    }
+            runtime.log(
+                f"coach-rl step {step_number}/{config.max_steps} coach_score {row['coach_score']:.4g}"
+            )
+    return op.finish(
+        recipe="coach",
+        config=config,
+        model=student,
+        tokenizer=tokenizer,
+        history=history,
+        clock=clock,
+        samples_seen=len(history) * config.per_device_train_batch_size,
+        reward_key="coach_score",
+        extra={
+            "train_tokens": tokens,
+            "eval_accuracy_before": eval_before,
+            "eval_accuracy": op.evaluate(student, tokenizer, config),
+        },
+    )
 
 
-def run(config: CoachConfig) -> dict[str, object]:
+def run(config: CoachConfig) -> TrainResult:
     """Coach-guided training; fails fast (before loading any model) when no endpoint is configured."""
+    config.prompts_per_step()
     coach = coach_from(config)
     op.seed_everything(config.seed)
-    result = _run_distill(config, coach) if config.mode == "distill" else _run_rl(config, coach)
-    model, tokenizer = result.pop("_model"), result.pop("_tokenizer")
-    op.save_checkpoint(model, tokenizer, config.output_dir, result)  # type: ignore[arg-type]
-    return result
+    return _run_distill(config, coach) if config.mode == "distill" else _run_rl(config, coach)
+
+
+RECIPE = Recipe(
+    name="coach",
+    description="LLM-as-a-Coach via an OpenAI-compatible endpoint: distil its experience (OPCD) or RL on its score.",
+    config_class=CoachConfig,
+    run=run,
+)

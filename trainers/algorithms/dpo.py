@@ -8,20 +8,24 @@ prompt was right).
 
 from __future__ import annotations
 
+import json
+import os
 import random
-import tempfile
+import time
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import Field
-from transformers import PreTrainedModel, PreTrainedTokenizerBase, TrainerCallback, TrainerControl, TrainerState
-from transformers.training_args import TrainingArguments
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from grader.answers import normalize_number
 from grader.benchmarks import Sample, get_benchmark
+from trainers import runtime
 from trainers.algorithms import onpolicy as op
 from trainers.config import TrainerConfig
 from trainers.quick_eval import cut_at_stop
+from trainers.registry import Recipe
+from trainers.result import TrainResult
 
 
 class DPOConfig(TrainerConfig):
@@ -88,7 +92,11 @@ def preference_rows(
     rows = []
     for s, bad in zip(samples, rejected, strict=True):
         rows.append(
-            {"prompt": bos_prefix + s.prompt, "chosen": s.answer, "rejected": bad or perturb_answer(s.answer, rng)}
+            {
+                "prompt": bos_prefix + s.prompt,
+                "chosen": s.answer,
+                "rejected": bad or perturb_answer(s.answer, rng),
+            }
         )
     return rows
 
@@ -100,36 +108,25 @@ def _bos_prefix(tokenizer: PreTrainedTokenizerBase) -> str:
     return str(tokenizer.bos_token) if bos is not None and ids and ids[0] == bos else ""
 
 
-class StopAfterSeconds(TrainerCallback):
-    """Ask the HF Trainer to stop (it then returns normally and we save) once `max_seconds` have passed."""
-
-    def __init__(self, max_seconds: float | None) -> None:
-        self.clock = op.Clock(max_seconds)
-
-    def on_step_end(
-        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
-    ) -> TrainerControl:
-        if self.clock.expired():
-            control.should_training_stop = True
-        return control
-
-
-def run(config: DPOConfig) -> dict[str, object]:
+def run(config: DPOConfig) -> TrainResult:
     """Build preference pairs, train with TRL's DPOTrainer, save the (merged) checkpoint and metrics.json."""
     from datasets import Dataset
-    from peft import LoraConfig
     from trl import DPOConfig as TRLDPOConfig
     from trl import DPOTrainer
 
     op.seed_everything(config.seed)
     samples = op.load_samples(config.train_file, config.max_train_samples)
-    model, tokenizer = op.load_policy(config.model_copy(update={"lora": False}))
+    model, tokenizer = runtime.load_model_and_tokenizer(Path(config.model_path))
+    staging = runtime.prepare_output_dir(config.output_dir)
     if config.rejected_source == "policy":
         rejected = policy_rejections(model, tokenizer, samples, config.benchmark, config.policy_samples)
     else:
         rejected = [None] * len(samples)
     rows = preference_rows(samples, rejected, config.seed, _bos_prefix(tokenizer))
     from_policy = sum(r is not None for r in rejected)
+    runtime.log(
+        f"dpo: {len(rows)} pairs ({from_policy} rejected answers sampled from the policy), {config.max_steps} steps"
+    )
     eval_cfg = op.OnPolicyConfig(
         model_path=config.model_path,
         train_file=config.train_file,
@@ -139,54 +136,58 @@ def run(config: DPOConfig) -> dict[str, object]:
         eval_samples=config.eval_samples,
     )
     eval_before = op.evaluate(model, tokenizer, eval_cfg)
-
-    peft_config = (
-        LoraConfig(r=config.lora_r, lora_alpha=config.lora_alpha, target_modules="all-linear", task_type="CAUSAL_LM")
-        if config.lora
-        else None
+    args = TRLDPOConfig(
+        **runtime.base_training_args(config, staging),
+        beta=config.beta,
+        loss_type=[config.loss_type],
+        max_length=config.max_length,
     )
-    with tempfile.TemporaryDirectory(prefix="rlloop-dpo-") as scratch:
-        args = TRLDPOConfig(
-            output_dir=scratch,
-            learning_rate=config.learning_rate,
-            max_steps=config.max_steps,
-            per_device_train_batch_size=config.per_device_train_batch_size,
-            logging_steps=config.logging_steps,
-            beta=config.beta,
-            loss_type=[config.loss_type],
-            max_length=config.max_length,
-            seed=config.seed,
-            save_strategy="no",
-            report_to=[],
-            use_cpu=True,
-            dataloader_num_workers=0,
-            disable_tqdm=True,
-        )
-        trainer = DPOTrainer(
-            model=model,
-            args=args,
-            train_dataset=Dataset.from_list(rows),
-            processing_class=tokenizer,
-            peft_config=peft_config,
-            callbacks=[StopAfterSeconds(config.max_seconds)],
-        )
-        result = trainer.train()
-    trained = trainer.model
-    logs = [entry for entry in trainer.state.log_history if "rewards/margins" in entry]
-    metrics: dict[str, object] = {
-        "recipe": "dpo",
-        "steps": trainer.state.global_step,
-        "train_seconds": float(result.metrics.get("train_runtime", 0.0)),
-        "train_loss": float(result.training_loss),
-        "pairs": len(rows),
-        "rejected_from_policy": from_policy,
-        "reward_margin_first": logs[0]["rewards/margins"] if logs else None,
-        "reward_margin_last": logs[-1]["rewards/margins"] if logs else None,
-        "history": logs,
+    time_budget = runtime.TimeBudgetCallback(config.max_seconds)
+    trainer = DPOTrainer(
+        model=model,
+        args=args,
+        train_dataset=Dataset.from_list(rows),
+        processing_class=tokenizer,
+        peft_config=runtime.peft_config(config),
+        callbacks=[time_budget, runtime.ProgressCallback()],
+    )
+    runtime.without_printer(trainer)
+    started = time.monotonic()
+    output = trainer.train()
+    train_seconds = time.monotonic() - started
+    trained, _ = runtime.plain_model(trainer.model)
+    eval_after = op.evaluate(trained, tokenizer, eval_cfg)
+    trainer.model = trained
+    result = runtime.finish_run(
+        recipe="dpo",
+        config=config,
+        trainer=trainer,
+        train_loss=output.training_loss,
+        time_budget=time_budget,
+        train_seconds=train_seconds,
+        tokenizer=tokenizer,
+    )
+    margins = [float(e["rewards/margins"]) for e in trainer.state.log_history if "rewards/margins" in e]
+    extra = {
+        "pairs": float(len(rows)),
+        "rejected_from_policy": float(from_policy),
+        "reward_margin_first": margins[0] if margins else None,
+        "reward_margin_last": margins[-1] if margins else None,
         "eval_accuracy_before": eval_before,
+        "eval_accuracy": eval_after,
     }
-    if hasattr(trained, "merge_and_unload"):
-        trained = trained.merge_and_unload()
-    metrics["eval_accuracy"] = op.evaluate(trained, tokenizer, eval_cfg)  # type: ignore[arg-type]
-    op.save_checkpoint(trained, tokenizer, config.output_dir, metrics)  # type: ignore[arg-type]
-    return metrics
+    result.extra.update({k: float(v) for k, v in extra.items() if v is not None})
+    result.lora_merged = config.lora
+    metrics_path = Path(config.output_dir) / runtime.METRICS_FILE
+    tmp = metrics_path.with_name(f".{metrics_path.name}.tmp")
+    tmp.write_text(json.dumps(result.model_dump(mode="json"), indent=2) + "\n")
+    os.replace(tmp, metrics_path)
+    return result
+
+
+RECIPE = Recipe(
+    name="dpo",
+    description="Direct Preference Optimization (TRL DPOTrainer): reference answer over a wrong one.",
+    config_class=DPOConfig,
+    run=run,
+)

@@ -18,8 +18,10 @@ from pydantic import Field
 from transformers import AutoModelForSequenceClassification, PreTrainedModel, PreTrainedTokenizerBase
 
 from grader.benchmarks import Sample
-from trainers import losses
+from trainers import losses, runtime
 from trainers.algorithms import onpolicy as op
+from trainers.registry import Recipe
+from trainers.result import TrainResult
 
 
 class GADConfig(op.OnPolicyConfig):
@@ -29,7 +31,9 @@ class GADConfig(op.OnPolicyConfig):
     discriminator_learning_rate: float = 1e-4
     discriminator_path: Path | None = None  # default: model_path (same family; a fresh scalar head is added)
     teacher_file: Path | None = None  # teacher responses; default: train_file's reference answers
-    warmup_steps: int = Field(default=10, ge=0)  # SFT steps on teacher responses (and D steps) before the game
+    warmup_steps: int = Field(
+        default=10, ge=0
+    )  # SFT steps on teacher responses (and D steps) before the game
     scale_rewards_by_std: bool = True  # GRPO (True) or Dr. GRPO (False) group normalisation
     max_steps: int = 100
     per_device_train_batch_size: int = 32
@@ -49,7 +53,10 @@ def teacher_completions(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Right-padded response ids ending in EOS, and their mask, for placing after left-padded prompts."""
     eos = tokenizer.eos_token_id
-    encoded = [tokenizer(r, add_special_tokens=False)["input_ids"] + ([eos] if eos is not None else []) for r in responses]
+    encoded = [
+        tokenizer(r, add_special_tokens=False)["input_ids"] + ([eos] if eos is not None else [])
+        for r in responses
+    ]
     width = max(len(e) for e in encoded)
     ids = torch.full((len(encoded), width), int(tokenizer.pad_token_id), dtype=torch.long)
     mask = torch.zeros((len(encoded), width), dtype=torch.long)
@@ -59,7 +66,9 @@ def teacher_completions(
     return ids, mask
 
 
-def score(discriminator: PreTrainedModel, sequences: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+def score(
+    discriminator: PreTrainedModel, sequences: torch.Tensor, attention_mask: torch.Tensor
+) -> torch.Tensor:
     """D's scalar per sequence, [B]."""
     position_ids = (attention_mask.cumsum(dim=1) - 1).clamp(min=0)
     out = discriminator(input_ids=sequences, attention_mask=attention_mask, position_ids=position_ids)
@@ -67,7 +76,10 @@ def score(discriminator: PreTrainedModel, sequences: torch.Tensor, attention_mas
 
 
 def sft_loss(
-    model: PreTrainedModel, sequences: torch.Tensor, attention_mask: torch.Tensor, completion_ids: torch.Tensor,
+    model: PreTrainedModel,
+    sequences: torch.Tensor,
+    attention_mask: torch.Tensor,
+    completion_ids: torch.Tensor,
     completion_mask: torch.Tensor,
 ) -> torch.Tensor:
     """Mean negative log-likelihood of the completion tokens."""
@@ -81,8 +93,9 @@ def _teacher_samples(config: GADConfig) -> list[Sample]:
     return op.load_samples(config.teacher_file or config.train_file, config.max_train_samples)
 
 
-def run(config: GADConfig) -> dict[str, object]:
+def run(config: GADConfig) -> TrainResult:
     """Warm up, then alternate student (policy gradient on D's score) and discriminator (Bradley-Terry) steps."""
+    config.prompts_per_step()
     op.seed_everything(config.seed)
     samples = _teacher_samples(config)
     student, tokenizer = op.load_policy(config)
@@ -93,6 +106,7 @@ def run(config: GADConfig) -> dict[str, object]:
     next_batch = op.batches(samples, prompts_per_step, config.seed)
     student_opt = op.optimizer_for(student, config.learning_rate)
     disc_opt = op.optimizer_for(discriminator, config.discriminator_learning_rate)
+    runtime.prepare_output_dir(config.output_dir)
     eval_before = op.evaluate(student, tokenizer, config)
 
     clock = op.Clock(config.max_seconds)
@@ -108,7 +122,9 @@ def run(config: GADConfig) -> dict[str, object]:
         t_ids, t_mask = teacher_completions(tokenizer, [s.answer for s in batch])
         teacher_seq, teacher_attn = op.with_prompts(tokenizer, prompts, t_ids, t_mask)
         repeated = [p for p in prompts for _ in range(group)]
-        rollout = op.sample(student, tokenizer, repeated, max_new_tokens=max_new, temperature=config.temperature)
+        rollout = op.sample(
+            student, tokenizer, repeated, max_new_tokens=max_new, temperature=config.temperature
+        )
 
         row: dict[str, float] = {"step": float(step_number), "warmup": float(warmup)}
         if warmup:
@@ -140,17 +156,37 @@ def run(config: GADConfig) -> dict[str, object]:
         row["seconds"] = clock.elapsed
         history.append(row)
         if step_number % config.logging_steps == 0 or step_number == 1:
-            print(f"[gad] {row}", flush=True)
+            runtime.log(
+                f"gad step {step_number}/{total_steps} "
+                + " ".join(f"{k} {v:.4g}" for k, v in row.items() if k != "step")
+            )
 
-    metrics: dict[str, object] = {
-        "recipe": "gad",
-        "steps": len(history),
-        "train_seconds": clock.elapsed,
-        "train_tokens": tokens,
-        "tokens_per_second": tokens / max(clock.elapsed, 1e-9),
-        "history": history,
-        "eval_accuracy_before": eval_before,
-        "eval_accuracy": op.evaluate(student, tokenizer, config),
-    }
-    op.save_checkpoint(student, tokenizer, config.output_dir, metrics)
-    return metrics
+    bt_values = [row["bt_loss"] for row in history]
+    return op.finish(
+        recipe="gad",
+        config=config,
+        model=student,
+        tokenizer=tokenizer,
+        history=history,
+        clock=clock,
+        samples_seen=len(history) * config.per_device_train_batch_size,
+        reward_key="student_reward",
+        loss_key="pg_loss",
+        planned_steps=total_steps,
+        extra={
+            "bt_loss_first": bt_values[0] if bt_values else None,
+            "bt_loss_last": bt_values[-1] if bt_values else None,
+            "train_tokens": tokens,
+            "tokens_per_second": tokens / max(clock.elapsed, 1e-9),
+            "eval_accuracy_before": eval_before,
+            "eval_accuracy": op.evaluate(student, tokenizer, config),
+        },
+    )
+
+
+RECIPE = Recipe(
+    name="gad",
+    description="Generative adversarial distillation: PG on a Bradley-Terry discriminator's score, after SFT warm-up.",
+    config_class=GADConfig,
+    run=run,
+)

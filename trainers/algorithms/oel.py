@@ -16,18 +16,22 @@ benchmark with an environment step API; the round structure here stays the same 
 from __future__ import annotations
 
 import copy
+import functools
 from collections.abc import Sequence
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from grader.benchmarks import Sample, get_benchmark
+from trainers import runtime
 from trainers.algorithms import onpolicy as op
 from trainers.algorithms.coach import Coach
 from trainers.algorithms.opcd import OPCDConfig, distill
 from trainers.experience import render_context, write_experience
 from trainers.quick_eval import cut_at_stop
+from trainers.registry import Recipe
+from trainers.result import TrainResult
 
 DEFAULT_EXTRACTOR_PROMPT = (
     "Here are attempts at problems with the feedback each received. Write one short lesson per line that would "
@@ -96,7 +100,9 @@ def extract_with_policy(
 def extract_with_endpoint(episodes: Sequence[Episode], config: OELConfig) -> list[str]:
     coach = Coach(config.extractor_model, config.extractor_prompt, timeout=60.0)
     return coach.experience(
-        [e.sample for e in episodes], [e.completion for e in episodes], [e.reward for e in episodes],
+        [e.sample for e in episodes],
+        [e.completion for e in episodes],
+        [e.reward for e in episodes],
         config.max_experience_items,
     )
 
@@ -134,16 +140,24 @@ def fit_experience(
     return kept
 
 
-def run(config: OELConfig) -> dict[str, object]:
+def _log_step(round_number: int, row: dict[str, float]) -> None:
+    runtime.log(f"oel round {round_number} step {int(row['step'])} kl {row['kl']:.4g}")
+
+
+def run(config: OELConfig) -> TrainResult:
     """`rounds` rounds of play -> extract -> consolidate (OPCD) -> evaluate; checkpoint + experience.json out."""
+    config.prompts_per_step()
+    if config.extractor == "openai":
+        Coach(config.extractor_model, config.extractor_prompt)  # fail fast when no endpoint is configured
     op.seed_everything(config.seed)
     samples = op.load_samples(config.train_file, config.max_train_samples)
     policy, tokenizer = op.load_policy(config)
+    runtime.prepare_output_dir(config.output_dir)
     episodes_stream = op.batches(samples, config.episodes_per_round, config.seed + 1)
     max_new = op.new_tokens_budget(config)
     clock = op.Clock(config.max_seconds)
     experience: list[str] = []
-    rounds: list[dict[str, object]] = []
+    rounds: list[dict[str, Any]] = []
     tokens = 0
     eval_before = op.evaluate(policy, tokenizer, config)
     for round_number in range(1, config.rounds + 1):
@@ -158,7 +172,7 @@ def run(config: OELConfig) -> dict[str, object]:
             new_items = extract_with_endpoint(episodes, config)
         experience = merge_experience(experience, new_items, config.max_experience_items)
         experience = fit_experience(tokenizer, policy, config.context, experience, samples, max_new)
-        round_row: dict[str, object] = {
+        round_row: dict[str, Any] = {
             "round": round_number,
             "episode_reward": op.mean([e.reward for e in episodes]),
             "new_items": len(new_items),
@@ -178,26 +192,49 @@ def run(config: OELConfig) -> dict[str, object]:
                 render_context(config.context, experience),
                 round_config,
                 clock=clock,
-                log=lambda r, n=round_number: print(f"[oel round {n}] {r}", flush=True),
+                log=functools.partial(_log_step, round_number),
             )
             tokens += used
             del teacher
-            round_row["kl_first"] = history[0]["kl"] if history else None
-            round_row["kl_last"] = history[-1]["kl"] if history else None
+            kls = [row["kl"] for row in history]
+            round_row["kl_start"] = op.mean(kls[:3])  # means of the first / last three steps: one step is noisy
+            round_row["kl_end"] = op.mean(kls[-3:])
             round_row["steps"] = len(history)
         round_row["eval_accuracy"] = op.evaluate(policy, tokenizer, config)
         rounds.append(round_row)
-        print(f"[oel] round {round_number}: {round_row}", flush=True)
+        runtime.log(
+            f"oel round {round_number}/{config.rounds}: episode reward {round_row['episode_reward']:.3f}, "
+            f"{len(experience)} experience items, eval {round_row['eval_accuracy']}"
+        )
 
     write_experience(config.output_dir / "experience.json", experience)
-    metrics: dict[str, object] = {
-        "recipe": "oel",
-        "rounds": rounds,
-        "train_seconds": clock.elapsed,
-        "train_tokens": tokens,
-        "eval_accuracy_before": eval_before,
-        "eval_accuracy": rounds[-1]["eval_accuracy"] if rounds else eval_before,
-        "experience_items": len(experience),
-    }
-    op.save_checkpoint(policy, tokenizer, config.output_dir, metrics)
-    return metrics
+    final_eval = rounds[-1]["eval_accuracy"] if rounds else eval_before
+    total_steps = sum(int(r.get("steps", 0)) for r in rounds)
+    return op.finish(
+        recipe="oel",
+        config=config,
+        model=policy,
+        tokenizer=tokenizer,
+        history=rounds,
+        clock=clock,
+        samples_seen=total_steps * config.per_device_train_batch_size,
+        reward_key="episode_reward",
+        loss_key="kl_end",
+        planned_steps=config.rounds * config.max_steps,
+        steps=total_steps,
+        extra={
+            "rounds": len(rounds),
+            "experience_items": len(experience),
+            "train_tokens": tokens,
+            "eval_accuracy_before": eval_before,
+            "eval_accuracy": final_eval,
+        },
+    )
+
+
+RECIPE = Recipe(
+    name="oel",
+    description="Online experiential learning: rounds of play, experience extraction and OPCD consolidation.",
+    config_class=OELConfig,
+    run=run,
+)

@@ -11,7 +11,6 @@ import json
 import os
 import random
 import shutil
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -19,12 +18,15 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from pydantic import Field
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from pydantic import Field, model_validator
+from transformers import AutoModelForCausalLM, PreTrainedModel, PreTrainedTokenizerBase
 
 from grader.benchmarks import Sample, get_benchmark
+from trainers import runtime
 from trainers.config import TrainerConfig
+from trainers.data import read_jsonl
 from trainers.quick_eval import accuracy, cut_at_stop
+from trainers.result import TrainResult
 
 RewardFn = Callable[[Sequence[str], Sequence[Sample]], list[float]]
 
@@ -40,6 +42,11 @@ class OnPolicyConfig(TrainerConfig):
     eval_file: Path | None = None  # JSONL scored greedily before and after training (metrics.json)
     eval_samples: int = Field(default=200, ge=1)
 
+    @model_validator(mode="after")
+    def _batch_holds_whole_groups(self) -> OnPolicyConfig:
+        self.prompts_per_step()
+        return self
+
     def prompts_per_step(self) -> int:
         if self.per_device_train_batch_size % self.num_generations:
             raise ValueError(
@@ -50,52 +57,24 @@ class OnPolicyConfig(TrainerConfig):
 
 
 def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    torch.manual_seed(seed)
+    runtime.seed_everything(seed)
 
 
 def load_samples(path: Path, limit: int | None = None) -> list[Sample]:
-    """Read a `{"id","prompt","answer"}` JSONL file; one clear error naming the file and line when it is wrong."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no such data file; point train_file/eval_file at a JSONL file")
-    samples: list[Sample] = []
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-                samples.append(
-                    Sample(
-                        id=str(row.get("id", f"line-{number}")),
-                        prompt=str(row["prompt"]),
-                        answer=str(row["answer"]),
-                    )
-                )
-            except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
-                raise ValueError(
-                    f"{path}:{number}: expected a JSON object with 'prompt' and 'answer' ({exc})"
-                ) from exc
-            if limit is not None and len(samples) >= limit:
-                break
-    if not samples:
-        raise ValueError(f"{path}: no samples; the file is empty")
-    return samples
+    """Workspace JSONL as Samples (trainers.data.read_jsonl: DataFileError naming file and line when wrong)."""
+    return [
+        Sample(id=r["id"], prompt=r["prompt"], answer=r["answer"])
+        for r in read_jsonl(Path(path), limit=limit)
+    ]
 
 
 def load_policy(config: TrainerConfig) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """The trainable model (wrapped with LoRA adapters when `config.lora`) and its tokenizer."""
-    tokenizer = AutoTokenizer.from_pretrained(config.model_path)
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    model = AutoModelForCausalLM.from_pretrained(config.model_path, dtype=torch.float32)
-    if config.lora:
-        from peft import LoraConfig, get_peft_model
+    model, tokenizer = runtime.load_model_and_tokenizer(Path(config.model_path))
+    lora = runtime.peft_config(config)
+    if lora is not None:
+        from peft import get_peft_model
 
-        lora = LoraConfig(
-            r=config.lora_r, lora_alpha=config.lora_alpha, target_modules="all-linear", task_type="CAUSAL_LM"
-        )
         model = get_peft_model(model, lora)  # type: ignore[assignment]
     model.train()
     return model, tokenizer
@@ -147,12 +126,16 @@ def _completion_mask(completion_ids: torch.Tensor, eos_token_id: int | None) -> 
         return torch.ones_like(completion_ids)
     is_eos = completion_ids == eos_token_id
     width = completion_ids.shape[1]
-    first_eos = torch.where(is_eos.any(dim=1), is_eos.int().argmax(dim=1), torch.full_like(is_eos[:, 0], width).long())
+    first_eos = torch.where(
+        is_eos.any(dim=1), is_eos.int().argmax(dim=1), torch.full_like(is_eos[:, 0], width).long()
+    )
     positions = torch.arange(width, device=completion_ids.device).unsqueeze(0)
     return (positions <= first_eos.unsqueeze(1)).long()
 
 
-def encode_prompts(tokenizer: PreTrainedTokenizerBase, prompts: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
+def encode_prompts(
+    tokenizer: PreTrainedTokenizerBase, prompts: Sequence[str]
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Left-padded prompt ids and attention mask."""
     previous = tokenizer.padding_side
     tokenizer.padding_side = "left"
@@ -178,7 +161,7 @@ def sample(
     model.eval()
     try:
         ids, mask = encode_prompts(tokenizer, prompts)
-        generated = model.generate(
+        generated = model.generate(  # type: ignore[operator]
             input_ids=ids,
             attention_mask=mask,
             max_new_tokens=max_new_tokens,
@@ -204,7 +187,10 @@ def sample(
 
 
 def with_prompts(
-    tokenizer: PreTrainedTokenizerBase, prompts: Sequence[str], completion_ids: torch.Tensor, completion_mask: torch.Tensor
+    tokenizer: PreTrainedTokenizerBase,
+    prompts: Sequence[str],
+    completion_ids: torch.Tensor,
+    completion_mask: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The same completions behind different prompts (e.g. context + prompt for a teacher)."""
     ids, mask = encode_prompts(tokenizer, prompts)
@@ -231,7 +217,9 @@ def optimizer_for(model: torch.nn.Module, learning_rate: float) -> torch.optim.O
     return torch.optim.AdamW(params, lr=learning_rate, weight_decay=0.0)
 
 
-def step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss: torch.Tensor, max_grad_norm: float) -> None:
+def step(
+    model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss: torch.Tensor, max_grad_norm: float
+) -> None:
     """Backward, clip, one optimiser step."""
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
@@ -271,7 +259,9 @@ def batches(samples: Sequence[Sample], size: int, seed: int) -> Callable[[], lis
     return next_batch
 
 
-def evaluate(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, config: OnPolicyConfig) -> float | None:
+def evaluate(
+    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, config: OnPolicyConfig
+) -> float | None:
     """Greedy accuracy on the first `eval_samples` of `eval_file`; None when no eval file is configured."""
     if config.eval_file is None:
         return None
@@ -283,25 +273,67 @@ def mean(values: Sequence[float]) -> float:
     return float(sum(values) / len(values)) if values else float("nan")
 
 
-def save_checkpoint(
-    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, output_dir: Path, metrics: dict[str, Any]
-) -> Path:
-    """Save an HF checkpoint (LoRA merged into the weights) and metrics.json into `output_dir`.
+def _write_json_atomically(path: Path, payload: Any) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(payload, indent=2, default=str) + "\n")
+    os.replace(tmp, path)
 
-    Everything is written to a staging folder first and moved in file by file; metrics.json goes last, so its
-    presence means the checkpoint is complete.
+
+def _window(values: Sequence[float], *, last: bool, size: int = 5) -> float | None:
+    if not values:
+        return None
+    part = values[-size:] if last else values[:size]
+    return float(sum(part) / len(part))
+
+
+def finish(
+    *,
+    recipe: str,
+    config: TrainerConfig,
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    history: Sequence[dict[str, Any]],
+    clock: Clock,
+    samples_seen: int,
+    reward_key: str | None = None,
+    loss_key: str = "loss",
+    extra: dict[str, float | None] | None = None,
+    planned_steps: int | None = None,
+    steps: int | None = None,
+) -> TrainResult:
+    """Save the checkpoint (LoRA merged), log_history.jsonl and, last, metrics.json (trainers.runtime's layout).
+
+    Call `runtime.prepare_output_dir(config.output_dir)` before training, so a stale metrics.json is gone while
+    the run is in progress. Reward windows are the means of the first and last five logged steps.
     """
-    if hasattr(model, "merge_and_unload"):
-        model = model.merge_and_unload()
-    output_dir = Path(output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=output_dir))
-    try:
-        model.save_pretrained(staging, safe_serialization=True)
-        tokenizer.save_pretrained(staging)
-        (staging / "metrics.json").write_text(json.dumps(metrics, indent=2, default=str) + "\n")
-        for item in sorted(staging.iterdir(), key=lambda p: p.name == "metrics.json"):
-            os.replace(item, output_dir / item.name)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return output_dir
+    output_dir = Path(config.output_dir)
+    plain, merged = runtime.plain_model(model)
+    runtime.save_checkpoint(plain.to("cpu"), tokenizer, output_dir)  # type: ignore[arg-type]
+    lines = "".join(json.dumps(row, default=str) + "\n" for row in history)
+    tmp = output_dir / f".{runtime.LOG_HISTORY_FILE}.tmp"
+    tmp.write_text(lines)
+    os.replace(tmp, output_dir / runtime.LOG_HISTORY_FILE)
+    rewards = [
+        float(r[reward_key]) for r in history if reward_key and isinstance(r.get(reward_key), int | float)
+    ]
+    train_losses = [float(r[loss_key]) for r in history if isinstance(r.get(loss_key), int | float)]
+    seconds = clock.elapsed
+    steps = len(history) if steps is None else steps
+    result = TrainResult(
+        recipe=recipe,
+        output_dir=output_dir,
+        train_loss=mean(train_losses) if train_losses else None,
+        steps=steps,
+        train_seconds=round(seconds, 3),
+        samples_per_second=round(samples_seen / seconds, 3) if seconds > 0 else None,
+        reward_mean=_window(rewards, last=True),
+        reward_first=_window(rewards, last=False),
+        stopped_early=clock.expired()
+        and steps < (planned_steps if planned_steps is not None else config.max_steps),
+        lora_merged=merged,
+        extra={k: float(v) for k, v in (extra or {}).items() if v is not None},
+    )
+    shutil.rmtree(output_dir / runtime.STAGING_DIR, ignore_errors=True)
+    _write_json_atomically(output_dir / runtime.METRICS_FILE, result.model_dump(mode="json"))
+    runtime.log(f"{recipe}: done, {steps} steps in {seconds:.1f}s; checkpoint in {output_dir}")
+    return result

@@ -18,9 +18,11 @@ from pydantic import Field
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from grader.benchmarks import Sample
-from trainers import losses
+from trainers import losses, runtime
 from trainers.algorithms import onpolicy as op
 from trainers.experience import load_context
+from trainers.registry import Recipe
+from trainers.result import TrainResult
 
 
 class OPCDConfig(op.OnPolicyConfig):
@@ -91,11 +93,17 @@ def off_policy_distill_step(
     """Teacher samples with the context; forward KL(teacher || student) on those tokens, student without context."""
     with torch.no_grad():
         rollout = op.sample(
-            teacher, tokenizer, [context + p for p in prompts], max_new_tokens=max_new_tokens, temperature=temperature
+            teacher,
+            tokenizer,
+            [context + p for p in prompts],
+            max_new_tokens=max_new_tokens,
+            temperature=temperature,
         )
         width = rollout.completion_ids.shape[1]
         teacher_logits = op.completion_logits(teacher, rollout.sequences, rollout.attention_mask, width)
-    student_ids, student_mask = op.with_prompts(tokenizer, prompts, rollout.completion_ids, rollout.completion_mask)
+    student_ids, student_mask = op.with_prompts(
+        tokenizer, prompts, rollout.completion_ids, rollout.completion_mask
+    )
     student_logits = op.completion_logits(student, student_ids, student_mask, width)
     return losses.forward_kl(teacher_logits, student_logits, rollout.completion_mask), int(student_mask.sum())
 
@@ -137,7 +145,13 @@ def distill(
             )
         else:
             kl, used = off_policy_distill_step(
-                student, teacher, tokenizer, prompts, context, max_new_tokens=max_new, temperature=config.temperature
+                student,
+                teacher,
+                tokenizer,
+                prompts,
+                context,
+                max_new_tokens=max_new,
+                temperature=config.temperature,
             )
         op.step(student, optimizer, kl, config.max_grad_norm)
         tokens += used
@@ -148,13 +162,15 @@ def distill(
     return history, tokens
 
 
-def _run(config: OPCDConfig, *, on_policy: bool) -> dict[str, object]:
+def _run(config: OPCDConfig, *, on_policy: bool) -> TrainResult:
     name = "opcd" if on_policy else "opcd_offpolicy"
+    config.prompts_per_step()
     op.seed_everything(config.seed)
     context = load_context(config.context, config.context_file)
     samples = op.load_samples(config.train_file, config.max_train_samples)
     student, tokenizer = op.load_policy(config)
     teacher = op.load_frozen(config.teacher_path or config.model_path)
+    runtime.prepare_output_dir(config.output_dir)
     eval_before = op.evaluate(student, tokenizer, config)
     clock = op.Clock(config.max_seconds)
     history, tokens = distill(
@@ -166,29 +182,41 @@ def _run(config: OPCDConfig, *, on_policy: bool) -> dict[str, object]:
         config,
         on_policy=on_policy,
         clock=clock,
-        log=lambda row: print(f"[{name}] {row}", flush=True),
+        log=lambda row: runtime.log(f"{name} step {int(row['step'])}/{config.max_steps} kl {row['kl']:.4g}"),
     )
-    metrics: dict[str, object] = {
-        "recipe": name,
-        "steps": len(history),
-        "train_seconds": clock.elapsed,
-        "train_tokens": tokens,
-        "tokens_per_second": tokens / max(clock.elapsed, 1e-9),
-        "kl_first": history[0]["kl"] if history else None,
-        "kl_last": history[-1]["kl"] if history else None,
-        "history": history[:: max(1, config.logging_steps)],
-        "eval_accuracy_before": eval_before,
-        "eval_accuracy": op.evaluate(student, tokenizer, config),
-    }
-    op.save_checkpoint(student, tokenizer, config.output_dir, metrics)
-    return metrics
+    return op.finish(
+        recipe=name,
+        config=config,
+        model=student,
+        tokenizer=tokenizer,
+        history=history,
+        clock=clock,
+        samples_seen=len(history) * config.per_device_train_batch_size,
+        loss_key="kl",
+        extra={
+            "kl_first": history[0]["kl"] if history else None,
+            "kl_last": history[-1]["kl"] if history else None,
+            "train_tokens": tokens,
+            "tokens_per_second": tokens / max(clock.elapsed, 1e-9),
+            "eval_accuracy_before": eval_before,
+            "eval_accuracy": op.evaluate(student, tokenizer, config),
+        },
+    )
 
 
-def run(config: OPCDConfig) -> dict[str, object]:
+def run(config: OPCDConfig) -> TrainResult:
     """On-policy context distillation; checkpoint and metrics.json into `config.output_dir`."""
     return _run(config, on_policy=True)
 
 
-def run_offpolicy(config: OPCDOffPolicyConfig) -> dict[str, object]:
+def run_offpolicy(config: OPCDOffPolicyConfig) -> TrainResult:
     """The off-policy baseline (forward KL on teacher-generated sequences)."""
     return _run(config, on_policy=False)
+
+
+RECIPE = Recipe(
+    name="opcd",
+    description="On-policy context distillation: top-k reverse KL to the start model reading the context.",
+    config_class=OPCDConfig,
+    run=run,
+)

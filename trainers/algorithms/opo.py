@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import torch
 
-from trainers import losses
+from trainers import losses, runtime
 from trainers.algorithms import onpolicy as op
+from trainers.registry import Recipe
+from trainers.result import TrainResult
 
 
 class OPOConfig(op.OnPolicyConfig):
@@ -23,13 +25,14 @@ class OPOConfig(op.OnPolicyConfig):
     constant_normaliser: bool = True  # divide by B * max_new_tokens (Dr. GRPO) instead of the token count
 
 
-def run(config: OPOConfig) -> dict[str, object]:
+def run(config: OPOConfig) -> TrainResult:
     """Train with OPO and save the checkpoint and metrics.json into `config.output_dir`."""
+    prompts_per_step = config.prompts_per_step()
     op.seed_everything(config.seed)
     samples = op.load_samples(config.train_file, config.max_train_samples)
     model, tokenizer = op.load_policy(config)
     reward_fn = op.benchmark_reward(config.benchmark)
-    prompts_per_step = config.prompts_per_step()
+    runtime.prepare_output_dir(config.output_dir)
     max_new = op.new_tokens_budget(config)
     next_batch = op.batches(samples, prompts_per_step, config.seed)
     optimizer = op.optimizer_for(model, config.learning_rate)
@@ -44,37 +47,59 @@ def run(config: OPOConfig) -> dict[str, object]:
             break
         batch = [s for s in next_batch() for _ in range(config.num_generations)]
         rollout = op.sample(
-            model, tokenizer, [s.prompt for s in batch], max_new_tokens=max_new, temperature=config.temperature
+            model,
+            tokenizer,
+            [s.prompt for s in batch],
+            max_new_tokens=max_new,
+            temperature=config.temperature,
         )
         rewards = torch.tensor(reward_fn(rollout.texts, batch))
         advantages = losses.opo_advantages(rewards, rollout.lengths, config.num_generations)
-        logits = op.completion_logits(model, rollout.sequences, rollout.attention_mask, rollout.completion_ids.shape[1])
+        logits = op.completion_logits(
+            model, rollout.sequences, rollout.attention_mask, rollout.completion_ids.shape[1]
+        )
         logprobs = op.token_logprobs(logits, rollout.completion_ids)
         normaliser = float(len(batch) * max_new) if config.constant_normaliser else None
-        loss = losses.policy_gradient_loss(logprobs, advantages, rollout.completion_mask, normaliser=normaliser)
+        loss = losses.policy_gradient_loss(
+            logprobs, advantages, rollout.completion_mask, normaliser=normaliser
+        )
         op.step(model, optimizer, loss, config.max_grad_norm)
         tokens += int(rollout.attention_mask.sum())
         steps_done = step_number
+        row = {
+            "step": float(step_number),
+            "reward": float(rewards.mean()),
+            "loss": float(loss.detach()),
+            "completion_length": float(rollout.lengths.float().mean()),
+            "seconds": clock.elapsed,
+        }
+        history.append(row)
         if step_number % config.logging_steps == 0 or step_number == 1:
-            row = {
-                "step": float(step_number),
-                "reward": float(rewards.mean()),
-                "loss": float(loss.detach()),
-                "completion_length": float(rollout.lengths.float().mean()),
-                "seconds": clock.elapsed,
-            }
-            history.append(row)
-            print(f"[opo] {row}", flush=True)
+            runtime.log(
+                f"opo step {step_number}/{config.max_steps} reward {row['reward']:.4g} loss {row['loss']:.4g}"
+            )
 
-    metrics: dict[str, object] = {
-        "recipe": "opo",
-        "steps": steps_done,
-        "train_seconds": clock.elapsed,
-        "train_tokens": tokens,
-        "tokens_per_second": tokens / max(clock.elapsed, 1e-9),
-        "history": history,
-        "eval_accuracy_before": eval_before,
-        "eval_accuracy": op.evaluate(model, tokenizer, config),
-    }
-    op.save_checkpoint(model, tokenizer, config.output_dir, metrics)
-    return metrics
+    return op.finish(
+        recipe="opo",
+        config=config,
+        model=model,
+        tokenizer=tokenizer,
+        history=history,
+        clock=clock,
+        samples_seen=steps_done * config.per_device_train_batch_size,
+        reward_key="reward",
+        extra={
+            "train_tokens": tokens,
+            "tokens_per_second": tokens / max(clock.elapsed, 1e-9),
+            "eval_accuracy_before": eval_before,
+            "eval_accuracy": op.evaluate(model, tokenizer, config),
+        },
+    )
+
+
+RECIPE = Recipe(
+    name="opo",
+    description="Exactly on-policy RL with OPO's length-weighted optimal baseline (arXiv 2505.23585).",
+    config_class=OPOConfig,
+    run=run,
+)

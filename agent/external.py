@@ -1,0 +1,397 @@
+"""Run an AutoRL-Bench-style agent folder, unchanged, as a whole inside the sandbox with only the grader reachable.
+
+An agent folder holds `config.yaml` (`name`, `start`, optional `env_vars`, `description`) and the `start` script.
+The script runs as `bash <folder>/<start>` (as AutoRL-Bench's run_agent.py runs it) with `env_vars` and then
+TASK, BASE_MODEL, WORKSPACE, MODEL_PATH, DATA_PATH, OUTPUT_DIR and GRADING_SERVER_URL set. Its exit code is its
+success flag; what it submitted is read back from the grader, never from the agent.
+
+Token: the rlloop grader wants `Authorization: Bearer <token>` on /submit, which an AutoRL-Bench agent never
+sends. The token is never handed to the agent; instead a `TokenRelay` on the host's 127.0.0.1 forwards the
+agent-facing endpoints (/submit, /health, /time, /scores, /best) to the grader with the header added, and refuses
+everything else (/finalize above all). The sandbox's `network="grader"` makes that relay the only reachable host.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+from pydantic import BaseModel, Field, ValidationError, field_validator
+
+from agent.config import RunConfig
+from agent.grading import GraderError, GraderProcess
+from agent.reporting import Reporter, append_result_row, plot_scores
+from agent.runner import RunInterrupted, interrupts_as_exceptions
+from agent.tracking import Tracker
+from agent.trials import TRAIN_ENV
+from agent.workspace import RunPaths, atomic_write_json, ensure_home, new_run_id, prepare_workspace
+from sandbox.base import Mount, Sandbox, SandboxRequest, SandboxResult
+
+AGENT_TRIAL = "agent"  # the trials/<id> folder the external agent writes its checkpoints under
+FORWARDED = {("POST", "/submit"), ("GET", "/health"), ("GET", "/time"), ("GET", "/scores"), ("GET", "/best")}
+FINISH_RESERVE_S = 20.0
+# Re-export RLLOOP_GRADER_URL (what every sandbox backend sets to the address the command can reach) under the
+# AutoRL-Bench name, then hand over to the agent's start script exactly as run_agent.py does: `bash <start>`.
+LAUNCHER = 'export GRADING_SERVER_URL="${RLLOOP_GRADER_URL:-$GRADING_SERVER_URL}"; exec bash "$0"'
+
+
+class ExternalAgentError(ValueError):
+    """The agent folder cannot be used (no config.yaml, bad fields, missing start script)."""
+
+
+class ExternalAgentSpec(BaseModel):
+    """An agent folder's config.yaml, as AutoRL-Bench defines it."""
+
+    name: str = Field(min_length=1)
+    start: str = "start.sh"
+    description: str = ""
+    env_vars: dict[str, str] = Field(default_factory=dict)
+    folder: Path = Path()
+
+    @field_validator("env_vars", mode="before")
+    @classmethod
+    def _stringify(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            return {str(k): "" if v is None else str(v) for k, v in value.items()}
+        return value
+
+    @property
+    def start_script(self) -> Path:
+        return self.folder / self.start
+
+
+def is_agent_folder(value: str | Path) -> bool:
+    """True for a folder holding config.yaml: how `--agents` tells an external agent from `builtin`/`llm`."""
+    path = Path(value).expanduser()
+    return path.is_dir() and (path / "config.yaml").is_file()
+
+
+def load_agent(folder: str | Path) -> ExternalAgentSpec:
+    """Read and check `folder/config.yaml`; one line naming what is wrong otherwise."""
+    root = Path(folder).expanduser().resolve()
+    config_path = root / "config.yaml"
+    if not config_path.is_file():
+        raise ExternalAgentError(
+            f"{root} is not an agent folder: it has no config.yaml (name, start, env_vars)"
+        )
+    try:
+        data = yaml.safe_load(config_path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ExternalAgentError(f"{config_path} is not valid YAML: {exc}") from None
+    if not isinstance(data, dict):
+        raise ExternalAgentError(f"{config_path} must be a mapping with at least `name` and `start`")
+    try:
+        spec = ExternalAgentSpec.model_validate({**data, "folder": root})
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        raise ExternalAgentError(f"{config_path}: {problems}") from None
+    start = spec.start_script.resolve()
+    if not start.is_file() or root not in start.parents:
+        raise ExternalAgentError(f"{config_path}: start script {spec.start!r} is not a file inside {root}")
+    return spec
+
+
+class TokenRelay:
+    """An HTTP relay on 127.0.0.1 that adds the grader's bearer token to the endpoints an agent may use."""
+
+    def __init__(self, upstream: str, token: str, timeout_s: float = 1800.0) -> None:
+        self.upstream = upstream.rstrip("/")
+        relay = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def _forward(self, method: str) -> None:
+                path = self.path.split("?", 1)[0]
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else b""
+                if (method, path) not in FORWARDED:
+                    self._answer(403, {"detail": f"{method} {path} is not open to agents"})
+                    return
+                try:
+                    response = httpx.request(
+                        method,
+                        f"{relay.upstream}{self.path}",
+                        content=body,
+                        headers={
+                            "Content-Type": self.headers.get("Content-Type", "application/json"),
+                            "Authorization": f"Bearer {token}",
+                        },
+                        timeout=timeout_s,
+                    )
+                except httpx.HTTPError as exc:
+                    self._answer(502, {"detail": f"grading server unreachable: {exc}"})
+                    return
+                self._raw(response.status_code, response.content, response.headers.get("content-type", ""))
+
+            def _answer(self, status: int, payload: dict[str, Any]) -> None:
+                self._raw(status, json.dumps(payload).encode(), "application/json")
+
+            def _raw(self, status: int, content: bytes, content_type: str) -> None:
+                self.send_response(status)
+                self.send_header("Content-Type", content_type or "application/octet-stream")
+                self.send_header("Content-Length", str(len(content)))
+                self.end_headers()
+                self.wfile.write(content)
+
+            def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+                self._forward("GET")
+
+            def do_POST(self) -> None:  # noqa: N802
+                self._forward("POST")
+
+            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - quiet
+                return
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        host, port = self._server.server_address[:2]
+        self.url = f"http://{host!s}:{port}"
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name="rlloop-token-relay", daemon=True
+        )
+        self._thread.start()
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+
+
+def agent_request(
+    spec: ExternalAgentSpec,
+    *,
+    paths: RunPaths,
+    config: RunConfig,
+    base_model: Path,
+    grader_url: str,
+    timeout_s: float,
+) -> SandboxRequest:
+    """The sandbox request that runs the whole agent: AutoRL-Bench's variables, its folder mounted read-only."""
+    output_dir = paths.trial_dir(AGENT_TRIAL) / "output"
+    output_dir.mkdir(parents=True, exist_ok=True)
+    env = {
+        **TRAIN_ENV,
+        **spec.env_vars,
+        "TASK": config.benchmark,
+        "BASE_MODEL": config.base_model,
+        "WORKSPACE": str(paths.workspace),
+        "MODEL_PATH": str(base_model),
+        "DATA_PATH": str(paths.data_dir),
+        "OUTPUT_DIR": str(output_dir),
+        "GRADING_SERVER_URL": grader_url,
+    }
+    return SandboxRequest(
+        command=["bash", "-c", LAUNCHER, str(spec.start_script)],
+        workspace=paths.workspace,
+        log_path=paths.trial_dir(AGENT_TRIAL) / "log.txt",
+        timeout_s=timeout_s,
+        memory_mb=config.trial_memory_mb,
+        cpus=config.trial_cpus,
+        env=env,
+        mounts=[Mount(source=base_model, read_only=True), Mount(source=spec.folder, read_only=True)],
+        network="grader",
+        grader_url=grader_url,
+        labels={"rlloop.run": paths.run_id, "rlloop.trial": AGENT_TRIAL},
+    )
+
+
+def choose_sandbox(config: RunConfig, reporter: Reporter) -> Sandbox:
+    """Docker unless the run says `--sandbox local` (or ray); `auto` without a usable engine is an error, because
+    an external agent is untrusted code that must only see the grader."""
+    from sandbox.registry import get_sandbox
+
+    if config.sandbox == "auto":
+        from sandbox.images import TRAINER_IMAGE
+        from sandbox.status import docker_status
+
+        status = docker_status(TRAINER_IMAGE)
+        if not status.usable:
+            raise ExternalAgentError(
+                f"external agents run in the docker sandbox, which is not usable here: {status.summary()}; "
+                "pass --sandbox local to run them unisolated"
+            )
+        return get_sandbox("docker")
+    if config.sandbox == "local":
+        reporter.warn("the external agent runs in the local sandbox: it is not isolated from this machine")
+    return get_sandbox(config.sandbox)
+
+
+def run_external(
+    config: RunConfig,
+    agent_dir: str | Path,
+    *,
+    resume_run_id: str | None = None,
+    reporter: Reporter | None = None,
+    sandbox: Sandbox | None = None,
+) -> dict[str, Any]:
+    """Run (or re-run, keeping the grader's store, on resume) an external agent. Returns the run's summary, shaped
+    like `agent.runner.execute`'s: the results.csv row plus `status`, `stop_reason`, `grader`, `agent_exit_code`."""
+    from agent.models import resolve_base_model
+    from grader.benchmarks import get_benchmark
+
+    spec = load_agent(agent_dir)
+    home = ensure_home(config.home)
+    config.home = home
+    run_id = resume_run_id or config.run_id or new_run_id(config.benchmark)
+    paths = RunPaths(home, run_id)
+    if resume_run_id and not paths.run_json.exists():
+        raise FileNotFoundError(f"no run {run_id!r} under {home / 'runs'} to resume")
+    benchmark = get_benchmark(config.benchmark)
+    paths.run_dir.mkdir(parents=True, exist_ok=True)
+    reporter = reporter or Reporter(paths.log_file, quiet=config.quiet)
+    atomic_write_json(paths.run_json, {**config.model_dump(mode="json"), "run_id": run_id})
+    atomic_write_json(paths.run_dir / "external.json", spec.model_dump(mode="json"))
+    (paths.run_dir / "pid").write_text(str(os.getpid()))
+    base_model = resolve_base_model(config.base_model, home)
+    prepare_workspace(paths, benchmark)
+    sandbox = sandbox or choose_sandbox(config, reporter)
+    reporter.info(
+        f"[bold]rlloop[/bold] external agent {spec.name!r} on {config.benchmark} ({run_id}), {sandbox.name}"
+    )
+    started = time.monotonic()
+    grader = GraderProcess.load_or_create(
+        paths,
+        benchmark=config.benchmark,
+        base_model=base_model,
+        max_submissions=config.max_submissions,
+        min_interval_s=config.min_submit_interval,
+        public_fraction=config.public_fraction,
+        eval_limit=config.eval_limit,
+        eval_batch_size=config.eval_batch_size,
+    )
+    tracker = Tracker(config.tracking_uri, home / "mlartifacts")
+    relay: TokenRelay | None = None
+    result: SandboxResult | None = None
+    status, reason = "finished", "the agent exited"
+    try:
+        health = grader.start()
+        baseline = float((health.get("baseline") or {}).get("score", health.get("baseline_score")) or 0.0)
+        reporter.info(f"baseline {float(baseline):.3f}")
+        parent = tracker.start_parent(
+            run_id,
+            config.benchmark,
+            {**config.model_dump(mode="json", exclude={"home"}), "proposer": "external", "agent": spec.name},
+        )
+        tracker.set_tags(parent, {"rlloop.agent": spec.name, "rlloop.agent_dir": str(spec.folder)})
+        tracker.log_metrics(parent, {"baseline_score": float(baseline)}, step=0)
+        relay = TokenRelay(grader.url, grader.token)
+        timeout_s = max(30.0, config.timeout - FINISH_RESERVE_S - (time.monotonic() - started))
+        request = agent_request(
+            spec, paths=paths, config=config, base_model=base_model, grader_url=relay.url, timeout_s=timeout_s
+        )
+        with _interrupts(), reporter.watching(f"agent {spec.name}", request.log_path):
+            result = sandbox.run(request)
+        if result.interrupted:
+            status, reason = "interrupted", "the agent was interrupted"
+        elif not result.ok:
+            reason = f"the agent {result.reason()}"
+        reporter.info(f"agent ended: {reason} (log: {request.log_path})")
+    except (KeyboardInterrupt, RunInterrupted) as exc:
+        status, reason = "interrupted", str(exc) or "SIGINT"
+        sandbox.cleanup({"rlloop.run": run_id})
+    finally:
+        if relay is not None:
+            relay.close()
+    try:
+        summary = _finalize(config, paths, spec, grader, tracker, reporter, result, status, reason, started)
+    finally:
+        grader.stop()
+        reporter.close()
+    return summary
+
+
+def _float(value: Any) -> float | None:
+    try:
+        return None if value is None else float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _interrupts() -> contextlib.AbstractContextManager[None]:
+    """SIGTERM/SIGINT as RunInterrupted (main thread only: signal handlers cannot be set elsewhere)."""
+    if threading.current_thread() is threading.main_thread():
+        return interrupts_as_exceptions()
+    return contextlib.nullcontext()
+
+
+def _finalize(
+    config: RunConfig,
+    paths: RunPaths,
+    spec: ExternalAgentSpec,
+    grader: GraderProcess,
+    tracker: Tracker,
+    reporter: Reporter,
+    result: SandboxResult | None,
+    status: str,
+    reason: str,
+    started: float,
+) -> dict[str, Any]:
+    """Everything reported comes from the grader's finalize, as for built-in runs."""
+    final: dict[str, Any] = {}
+    try:
+        if grader.proc is not None and grader.proc.poll() is None:
+            final = grader.finalize()
+    except (GraderError, httpx.HTTPError) as exc:
+        reporter.warn(f"could not read final results from the grader: {exc}")
+    baseline = _float(final.get("baseline_score"))
+    best = _float(final.get("best_score"))
+    submissions = int(final.get("total_submissions") or 0)
+    improvement = (best - baseline) if best is not None and baseline is not None else None
+    success = bool(result is not None and result.ok)
+    row = {
+        "run_id": paths.run_id,
+        "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "task": config.benchmark,
+        "agent": spec.name,
+        "driver_model": "",
+        "base_model": config.base_model,
+        "baseline": "" if baseline is None else f"{baseline:.4f}",
+        "best_score": "" if best is None else f"{best:.4f}",
+        "improvement": "" if improvement is None else f"{improvement:.4f}",
+        "submissions": submissions,
+        "duration_s": round(time.monotonic() - started, 1),
+        "success": success,
+        "workspace": str(paths.workspace),
+    }
+    append_result_row(config.home / "results.csv", row)
+    scores = [float(s["score"]) for s in final.get("score_trajectory", []) if s.get("score") is not None]
+    plot = plot_scores(paths.plot_png, scores, baseline, paths.run_id)
+    summary = {
+        **row,
+        "status": status,
+        "stop_reason": reason,
+        "grader": final,
+        "agent_exit_code": None if result is None else result.exit_code,
+        "proposer": "external",
+    }
+    atomic_write_json(paths.run_dir / "summary.json", summary)
+    with contextlib.suppress(Exception):  # tracking never turns a finished run into a failed one
+        parent = tracker.start_parent(paths.run_id, config.benchmark, {})
+        for step, score in enumerate(scores, start=1):
+            tracker.log_metrics(parent, {"score": score, "best_score": max(scores[:step])}, step=step)
+        metrics = {"final_submission_count": float(submissions)}
+        if best is not None:
+            metrics["final_best_score"] = float(best)
+        if improvement is not None:
+            metrics["final_improvement"] = float(improvement)
+        tracker.log_metrics(parent, metrics, step=submissions)
+        if plot:
+            tracker.log_artifact(parent, plot)
+        tracker.log_artifact(parent, paths.run_dir / "summary.json")
+        tracker.set_tags(parent, {"rlloop.status": status, "rlloop.stop_reason": reason})
+        tracker.finish(parent, success)
+        atomic_write_json(paths.run_dir / "mlflow.json", {"mlflow_parent": parent})
+    reporter.info(
+        f"{spec.name}: {submissions} submissions, best {row['best_score'] or '-'} vs baseline "
+        f"{row['baseline'] or '-'}; agent exit code {summary['agent_exit_code']}"
+    )
+    return summary

@@ -1,0 +1,147 @@
+"""`rlloop bench` and `rlloop report`. The lead mounts `bench` and `report` on the main app (or `app` as a group)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from pydantic import ValidationError
+from rich.console import Console
+from rich.markdown import Markdown
+
+from agent.config import parse_duration
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__, pretty_exceptions_enable=False)
+console = Console(highlight=False)
+err = Console(stderr=True, highlight=False)
+
+
+def _fail(message: str) -> None:
+    err.print(f"[red]error:[/red] {message}")
+    raise typer.Exit(2)
+
+
+def _home(home: Path | None) -> Path:
+    return home or Path(os.environ.get("RLLOOP_HOME", ".rlloop"))
+
+
+@app.command("bench")
+def bench(
+    benchmarks: Annotated[str, typer.Option(help="Comma list, e.g. arith,gsm8k.")] = "arith",
+    base_models: Annotated[str, typer.Option(help="Comma list of base models.")] = "tiny-arith",
+    proposers: Annotated[str, typer.Option(help="Comma list of built-in agents: builtin, llm.")] = "builtin",
+    agents: Annotated[
+        list[Path] | None,
+        typer.Option(help="External agent folder (config.yaml + start script); repeatable."),
+    ] = None,
+    seeds: Annotated[int, typer.Option(help="Seeds 0..N-1 per combination.")] = 1,
+    timeout: Annotated[str, typer.Option(help="Budget of each run, e.g. 30m.")] = "30m",
+    loop_n: Annotated[int | None, typer.Option(help="Trials per run.")] = None,
+    concurrency: Annotated[
+        int | None, typer.Option(help="Runs at once (default 1 locally, all with --ray).")
+    ] = None,
+    ray: Annotated[
+        str | None,
+        typer.Option("--ray", help="Ray cluster address ('auto', 'local', host:port); RAY_ADDRESS too."),
+    ] = None,
+    sweep_id: Annotated[str | None, typer.Option(help="Name the sweep; the same id continues it.")] = None,
+    eval_limit: Annotated[
+        int | None, typer.Option(help="Grade each run on the first N hidden samples.")
+    ] = None,
+    sandbox: Annotated[
+        str | None, typer.Option(help="Trial sandbox of every run: auto, local, docker, ray.")
+    ] = None,
+    home: Annotated[Path | None, typer.Option(help="RLLOOP_HOME (default ./.rlloop).")] = None,
+) -> None:
+    """Run every benchmark x base model x agent x seed combination as a research run; resumable by --sweep-id."""
+    from agent.external import ExternalAgentError, is_agent_folder, load_agent
+    from agent.sweeps.driver import run_sweep
+    from agent.sweeps.spec import SweepSpec
+
+    names = [p.strip() for p in proposers.split(",") if p.strip()]
+    unknown = [p for p in names if p not in ("builtin", "llm")]
+    if unknown:
+        _fail(
+            f"unknown proposer(s) {', '.join(unknown)}: use builtin or llm, and --agents DIR for external agents"
+        )
+    folders = []
+    for folder in agents or []:
+        if not is_agent_folder(folder):
+            _fail(f"--agents {folder}: not an agent folder (needs config.yaml with name and start)")
+        try:
+            folders.append(str(load_agent(folder).folder))
+        except ExternalAgentError as exc:
+            _fail(str(exc))
+    address = ray or os.environ.get("RAY_ADDRESS")
+    overrides: dict[str, object] = {}
+    if eval_limit is not None:
+        overrides["eval_limit"] = eval_limit
+    if sandbox is not None:
+        overrides["sandbox"] = sandbox
+    try:
+        spec = SweepSpec(
+            **({"sweep_id": sweep_id} if sweep_id else {}),
+            benchmarks=benchmarks.split(","),
+            base_models=base_models.split(","),
+            agents=[*names, *folders],
+            seeds=seeds,
+            timeout=parse_duration(timeout),
+            loop_n=loop_n,
+            concurrency=concurrency or (256 if address else 1),
+            ray_address=address,
+            run_overrides=overrides,
+        )
+    except (ValidationError, ValueError) as exc:
+        _fail(f"invalid sweep: {exc}")
+        return
+    from grader.benchmarks import UnknownBenchmarkError, get_benchmark
+
+    for name in spec.benchmarks:
+        try:
+            get_benchmark(name)
+        except UnknownBenchmarkError as exc:
+            _fail(str(exc))
+    root = _home(home)
+    console.print(
+        f"sweep [bold]{spec.sweep_id}[/bold]: {len(spec.combinations())} runs; continue it with --sweep-id {spec.sweep_id}"
+    )
+    manifest = run_sweep(spec, root, console=console)
+    from agent.sweeps.report import write_report
+
+    _, md_path, _ = write_report(root.resolve(), manifest)
+    console.print(f"report: {md_path} | `rlloop report --sweep-id {spec.sweep_id}`")
+    if manifest.status != "finished":
+        raise typer.Exit(130 if manifest.status == "interrupted" else 1)
+
+
+@app.command("report")
+def report(
+    sweep_id: Annotated[str | None, typer.Option(help="The sweep (default: the newest).")] = None,
+    home: Annotated[Path | None, typer.Option(help="RLLOOP_HOME (default ./.rlloop).")] = None,
+) -> None:
+    """Compare a sweep's agents (mean ± SE over seeds, noise marked); writes report.md and report.png."""
+    from agent.sweeps import manifest as manifests
+    from agent.sweeps.report import write_report
+
+    root = _home(home).resolve()
+    chosen = sweep_id or manifests.latest_sweep_id(root)
+    if chosen is None:
+        _fail(f"no sweeps under {root / 'sweeps'}; start one with `rlloop bench`")
+        return
+    try:
+        manifest = manifests.load(root, chosen)
+    except ValueError as exc:
+        _fail(str(exc))
+        return
+    if manifest is None:
+        _fail(f"no sweep {chosen!r} under {root / 'sweeps'}; `ls {root / 'sweeps'}` lists them")
+        return
+    markdown, md_path, plot = write_report(root, manifest)
+    console.print(Markdown(markdown))
+    console.print(f"written: {md_path}" + (f", {plot}" if plot else ""))
+
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,189 @@
+"""Where sweep runs execute: worker processes on this machine (`--concurrency` at once) or Ray tasks (`--ray`).
+
+Both start the same worker process (`python -m agent.sweeps.worker`), so a run behaves the same wherever it runs.
+The worker gets SIGTERM when whatever started it dies (PR_SET_PDEATHSIG): the run then stops its trial, keeps what
+it wrote and is resumed by the next attempt. Ray retries a task whose worker died (`max_retries`); the retry resumes
+the run. RLLOOP_HOME must be on storage every Ray node shares.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Protocol
+
+from agent.sweeps.worker import Outcome, WorkerPayload, outcome_path
+
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    with contextlib.suppress(Exception):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+
+
+def launch_worker(
+    payload_json: str, live: dict[int, subprocess.Popen[bytes]] | None = None
+) -> dict[str, Any]:
+    """Run one sweep run in a worker process and return its `Outcome` as a dict."""
+    payload = WorkerPayload.model_validate_json(payload_json)
+    target = outcome_path(payload.home, payload.sweep_id, payload.run_id)
+    target.unlink(missing_ok=True)
+    log_path = target.parent.parent / "logs" / f"{payload.run_id}.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "agent.sweeps.worker", payload_json],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            preexec_fn=_die_with_parent,
+        )
+    if live is not None:
+        live[proc.pid] = proc
+    try:
+        code = proc.wait()
+    except BaseException:
+        stop_worker(proc)
+        raise
+    finally:
+        if live is not None:
+            live.pop(proc.pid, None)
+    try:
+        return Outcome.model_validate_json(target.read_text()).model_dump(mode="json")
+    except (OSError, ValueError):
+        return Outcome(
+            run_id=payload.run_id,
+            status="interrupted" if code in (130, -signal.SIGTERM, -signal.SIGKILL) else "failed",
+            action="started",
+            error=f"worker exited with code {code} before writing its outcome; see {log_path}",
+        ).model_dump(mode="json")
+
+
+def stop_worker(proc: subprocess.Popen[bytes], grace_s: float = 60.0) -> None:
+    """SIGTERM (the run finalizes as interrupted), then SIGKILL to the worker's group after `grace_s`."""
+    if proc.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+
+
+class Executor(Protocol):
+    name: str
+
+    def submit(self, payload: WorkerPayload) -> Future[dict[str, Any]]: ...
+
+    def interrupt(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class LocalExecutor:
+    """Worker processes on this machine, `concurrency` at once."""
+
+    name = "local"
+
+    def __init__(self, concurrency: int) -> None:
+        self._pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="rlloop-sweep")
+        self._live: dict[int, subprocess.Popen[bytes]] = {}
+
+    def submit(self, payload: WorkerPayload) -> Future[dict[str, Any]]:
+        return self._pool.submit(launch_worker, payload.model_dump_json(), self._live)
+
+    def interrupt(self) -> None:
+        stoppers = [threading.Thread(target=stop_worker, args=(p,)) for p in list(self._live.values())]
+        for thread in stoppers:
+            thread.start()
+        for thread in stoppers:
+            thread.join()
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+class RayExecutor:
+    """Each run is a Ray task (`num_cpus` each) on whichever node has room; a task whose worker died is retried."""
+
+    name = "ray"
+
+    def __init__(self, address: str | None, num_cpus: float = 1.0, max_retries: int = 1) -> None:
+        import ray
+
+        if not ray.is_initialized():
+            target = address or os.environ.get("RAY_ADDRESS") or "auto"
+            ray.init(address=None if target == "local" else target, log_to_driver=False)
+        self._ray = ray
+        self._remote = ray.remote(_ray_run).options(
+            num_cpus=num_cpus, max_retries=max_retries, retry_exceptions=False
+        )
+        self._refs: list[Any] = []
+
+    def submit(self, payload: WorkerPayload) -> Future[dict[str, Any]]:
+        ref = self._remote.remote(payload.model_dump_json())
+        self._refs.append(ref)
+        future: Future[dict[str, Any]] = Future()
+
+        def settle() -> None:
+            try:
+                future.set_result(self._ray.get(ref))
+            except Exception as exc:  # the task failed for good (retries spent, node lost, cancelled)
+                future.set_result(
+                    Outcome(
+                        run_id=payload.run_id,
+                        status="failed",
+                        action="started",
+                        error=f"ray task failed: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}",
+                    ).model_dump(mode="json")
+                )
+
+        threading.Thread(target=settle, daemon=True).start()
+        return future
+
+    def interrupt(self) -> None:
+        for ref in self._refs:  # SIGTERM-like: the worker's death makes its run stop and keep its state
+            with contextlib.suppress(Exception):
+                self._ray.cancel(ref, force=True)
+
+    def close(self) -> None:
+        self._refs.clear()
+
+
+def _ray_run(payload_json: str) -> dict[str, Any]:
+    """The Ray task body: one worker process, waited for on the node Ray chose."""
+    payload = WorkerPayload.model_validate_json(payload_json)
+    _wait_for_previous(payload)
+    return launch_worker(payload_json)
+
+
+def _wait_for_previous(payload: WorkerPayload, timeout_s: float = 90.0) -> None:
+    """A retry must not resume the run while the previous attempt's process is still finishing its interrupt."""
+    pid_file = Path(payload.home) / "runs" / payload.run_id / "pid"
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            pid = int(pid_file.read_text().strip())
+            os.kill(pid, 0)
+        except (OSError, ValueError):
+            return
+        time.sleep(0.5)
+
+
+def make_executor(concurrency: int, ray_address: str | None) -> Executor:
+    if ray_address:
+        return RayExecutor(ray_address)
+    return LocalExecutor(concurrency)

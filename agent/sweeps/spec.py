@@ -1,0 +1,114 @@
+"""What a sweep is: the grid of combinations and the run settings they share; run ids derived, never random."""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field, field_validator
+
+BUILTIN_AGENTS = ("builtin", "llm")
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+MAX_RUN_ID = 128
+
+
+def slug(value: str, limit: int = 40) -> str:
+    """A run-id-safe piece of `value` (letters, digits, '.', '_', '-')."""
+    return _UNSAFE.sub("-", value).strip("-.")[:limit] or "x"
+
+
+def new_sweep_id() -> str:
+    return f"sweep-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+class Combination(BaseModel):
+    """One cell of the grid: one research run."""
+
+    benchmark: str
+    base_model: str
+    agent: str  # "builtin", "llm", or the path of an external agent folder
+    seed: int
+
+    @property
+    def is_external(self) -> bool:
+        return self.agent not in BUILTIN_AGENTS
+
+    @property
+    def agent_label(self) -> str:
+        """How reports name the agent: builtin, llm, or the external folder's name."""
+        return self.agent if not self.is_external else Path(self.agent).name
+
+    def run_id(self, sweep_id: str) -> str:
+        """Deterministic: the same sweep id and combination always name the same run (that is what resumes)."""
+        agent = slug(self.agent_label, 24)
+        if self.is_external:  # two folders with one name must not share a run
+            agent += "-" + hashlib.sha256(str(Path(self.agent).resolve()).encode()).hexdigest()[:6]
+        parts = [slug(sweep_id, 48), slug(self.benchmark, 20), slug(Path(self.base_model).name, 24), agent]
+        run_id = "--".join(parts) + f"--s{self.seed}"
+        if len(run_id) > MAX_RUN_ID:
+            digest = hashlib.sha256(run_id.encode()).hexdigest()[:10]
+            run_id = f"{run_id[: MAX_RUN_ID - 11]}-{digest}"
+        return run_id
+
+
+class SweepSpec(BaseModel):
+    """The grid and the settings every run of it shares (the rest of RunConfig keeps its defaults)."""
+
+    sweep_id: str = Field(default_factory=new_sweep_id)
+    benchmarks: list[str] = Field(min_length=1)
+    base_models: list[str] = Field(min_length=1)
+    agents: list[str] = Field(default_factory=lambda: ["builtin"], min_length=1)
+    seeds: int = Field(1, ge=1, le=100, description="Seeds 0..N-1 for every combination.")
+    timeout: float = Field(1800.0, gt=0, description="Wall-time budget of each run in seconds.")
+    loop_n: int | None = Field(None, ge=1, description="Trials per run (RunConfig default when None).")
+    concurrency: int = Field(1, ge=1, le=256, description="Runs at once (local) or in flight (Ray).")
+    ray_address: str | None = None
+    run_overrides: dict[str, Any] = Field(
+        default_factory=dict, description="Other RunConfig fields for every run, e.g. eval_limit, sandbox."
+    )
+
+    @field_validator("sweep_id")
+    @classmethod
+    def _safe_id(cls, value: str) -> str:
+        if not value or slug(value, 200) != value:
+            raise ValueError("sweep id may only contain letters, digits, '.', '_' and '-'")
+        return value
+
+    @field_validator("benchmarks", "base_models", "agents", mode="before")
+    @classmethod
+    def _split(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            value = value.split(",")
+        if isinstance(value, list):
+            return [str(v).strip() for v in value if str(v).strip()]
+        return value
+
+    def combinations(self) -> list[Combination]:
+        return [
+            Combination(benchmark=b, base_model=m, agent=a, seed=s)
+            for b, m, a, s in itertools.product(
+                self.benchmarks, self.base_models, self.agents, range(self.seeds)
+            )
+        ]
+
+    def run_config_fields(self, combination: Combination, run_id: str, home: Path) -> dict[str, Any]:
+        """The RunConfig fields of one combination's run."""
+        fields: dict[str, Any] = {
+            **self.run_overrides,
+            "home": str(home),
+            "benchmark": combination.benchmark,
+            "base_model": combination.base_model,
+            "seed": combination.seed,
+            "timeout": self.timeout,
+            "run_id": run_id,
+            "quiet": True,
+        }
+        if self.loop_n is not None:
+            fields["loop_n"] = self.loop_n
+        if not combination.is_external:
+            fields["proposer"] = combination.agent
+        return fields

@@ -1,0 +1,18 @@
+"""Fixtures shared by every package's tests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """tiny-arith, built once per test session into a temp dir (the real recipe, so it has its weak baseline)."""
+    import torch
+
+    from trainers.tiny import build_tiny_arith
+
+    torch.set_num_threads(1)
+    return build_tiny_arith(tmp_path_factory.mktemp("models") / "tiny-arith", seed=0, progress=False)

@@ -1,0 +1,52 @@
+"""OEL's rounds on the tiny policy: experience is extracted, kept within the context budget and consolidated."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.trainers.tiny_policy import logged_history, tiny_policy_root
+from trainers.algorithms.oel import OELConfig, merge_experience, run
+
+
+def test_merge_experience_dedupes_and_keeps_recent() -> None:
+    assert merge_experience(["a", "b"], ["b", "c", "d"], 3) == ["b", "c", "d"]
+    assert merge_experience([], ["x", "x"], 5) == ["x"]
+
+
+@pytest.mark.slow
+def test_oel_rounds_extract_and_consolidate(tmp_path: Path) -> None:
+    torch.set_num_threads(1)
+    root = tiny_policy_root()
+    out = tmp_path / "out"
+    result = run(
+        OELConfig(
+            model_path=root / "model",
+            train_file=root / "train8.jsonl",
+            eval_file=root / "train8.jsonl",
+            output_dir=out,
+            learning_rate=1e-3,
+            rounds=2,
+            episodes_per_round=8,
+            max_steps=10,
+            per_device_train_batch_size=16,
+            num_generations=2,
+            top_k=16,
+            logging_steps=5,
+        )
+    )
+    rounds = logged_history(out)
+    assert [r["round"] for r in rounds] == [1, 2] and result.steps == 20
+    # round 1 distils a context the policy has never seen: its KL to the context-reading teacher must fall
+    assert rounds[0]["kl_end"] < 0.5 * rounds[0]["kl_start"], rounds[0]
+    for r in rounds:
+        assert r["new_items"] > 0 and r["experience"]  # the weak policy fails, so feedback items appear
+        assert r["steps"] == 10
+        # the tiny model has 64 positions: the kept experience must fit before the longest prompt + answer
+        assert len("Experience:\n" + "".join(f"- {i}\n" for i in r["experience"])) + 7 + 6 <= 64
+    saved = json.loads((out / "experience.json").read_text())["experience"]
+    assert saved == rounds[-1]["experience"]
+    assert json.loads((out / "metrics.json").read_text())["recipe"] == "oel"

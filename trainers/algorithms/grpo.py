@@ -1,0 +1,127 @@
+"""`grpo`: Group Relative Policy Optimization with TRL's GRPOTrainer, rewarded by the benchmark's answer checker."""
+
+from __future__ import annotations
+
+import importlib.util
+import time
+from typing import Literal
+
+import torch
+from pydantic import Field, model_validator
+
+from trainers.config import TrainerConfig
+from trainers.data import prompt_answer_dataset
+from trainers.registry import Recipe
+from trainers.result import TrainResult
+from trainers.rewards import reward_functions
+from trainers.runtime import (
+    ProgressCallback,
+    TimeBudgetCallback,
+    base_training_args,
+    finish_run,
+    load_model_and_tokenizer,
+    log,
+    peft_config,
+    prepare_output_dir,
+    seed_everything,
+    without_printer,
+)
+
+RewardKind = Literal["correct", "format"]
+
+
+class GRPORecipeConfig(TrainerConfig):
+    """GRPO hyperparameters. `per_device_train_batch_size` counts completions and must be a multiple of
+    `num_generations` (each prompt gets a group of `num_generations` sampled completions)."""
+
+    learning_rate: float = 2e-4
+    max_steps: int = 20
+    per_device_train_batch_size: int = 64
+    logging_steps: int = 1
+    num_generations: int = Field(default=8, ge=2, description="Completions sampled per prompt (the group).")
+    max_completion_length: int = Field(default=8, gt=0)
+    temperature: float = Field(default=1.0, gt=0.0)
+    beta: float = Field(default=0.0, ge=0.0, description="KL penalty to the starting model; 0 disables it.")
+    loss_type: Literal["grpo", "dr_grpo", "dapo"] = "dapo"
+    num_iterations: int = Field(default=1, ge=1, description="Optimisation passes per generated batch.")
+    reward_functions: list[RewardKind] = Field(default_factory=lambda: list[RewardKind](["correct"]))
+    use_vllm: bool = False
+    torch_threads: int = Field(default=1, ge=1)
+
+    @model_validator(mode="after")
+    def _batch_holds_whole_groups(self) -> GRPORecipeConfig:
+        if self.per_device_train_batch_size % self.num_generations != 0:
+            raise ValueError(
+                f"per_device_train_batch_size ({self.per_device_train_batch_size}) must be a multiple of "
+                f"num_generations ({self.num_generations})"
+            )
+        return self
+
+
+def check_vllm_available() -> None:
+    """use_vllm needs the vllm package and a CUDA GPU; say so plainly instead of failing deep inside TRL."""
+    if importlib.util.find_spec("vllm") is None:
+        raise RuntimeError(
+            "use_vllm=true needs the vllm package (pip install 'rlloop[gpu]'); or set use_vllm=false"
+        )
+    if not torch.cuda.is_available():
+        raise RuntimeError("use_vllm=true needs a CUDA GPU and none is visible; set use_vllm=false on CPU")
+
+
+def run_grpo(config: GRPORecipeConfig) -> TrainResult:
+    """RL-tune `model_path` on `train_file` prompts; writes the checkpoint and metrics.json into `output_dir`."""
+    if config.use_vllm:
+        check_vllm_available()
+    from trl import GRPOConfig, GRPOTrainer
+
+    torch.set_num_threads(config.torch_threads)
+    seed_everything(config.seed)
+    rewards = reward_functions(config.benchmark, config.reward_functions)
+    staging = prepare_output_dir(config.output_dir)
+    dataset = prompt_answer_dataset(config.train_file, max_samples=config.max_train_samples)
+    model, tokenizer = load_model_and_tokenizer(config.model_path)
+    log(
+        f"grpo: {len(dataset)} prompts, {config.num_generations} generations each, "
+        f"rewards {[f.__name__ for f in rewards]}, up to {config.max_steps} steps"
+    )
+    args = GRPOConfig(
+        **base_training_args(config, staging),
+        num_generations=config.num_generations,
+        max_completion_length=config.max_completion_length,
+        temperature=config.temperature,
+        beta=config.beta,
+        loss_type=config.loss_type,
+        num_iterations=config.num_iterations,
+        use_vllm=config.use_vllm,
+    )
+    time_budget = TimeBudgetCallback(config.max_seconds)
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=list(rewards),  # type: ignore[arg-type]  # ours return list[float], TRL allows None too
+        args=args,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        peft_config=peft_config(config),
+        callbacks=[time_budget, ProgressCallback()],
+    )
+    without_printer(trainer)
+    started = time.monotonic()
+    output = trainer.train()
+    train_seconds = time.monotonic() - started
+    return finish_run(
+        recipe="grpo",
+        config=config,
+        trainer=trainer,
+        train_loss=output.training_loss,
+        time_budget=time_budget,
+        train_seconds=train_seconds,
+        tokenizer=tokenizer,
+    )
+
+
+RECIPE = Recipe(
+    name="grpo",
+    description="Reinforcement learning with GRPO (TRL GRPOTrainer), rewarded by the benchmark's answer checker.",
+    config_class=GRPORecipeConfig,
+    run=run_grpo,
+)

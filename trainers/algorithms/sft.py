@@ -1,0 +1,96 @@
+"""`sft`: supervised fine-tuning on prompt/answer pairs with TRL's SFTTrainer, loss on the answer only."""
+
+from __future__ import annotations
+
+import time
+from typing import Literal
+
+import torch
+from pydantic import Field
+
+from trainers.config import TrainerConfig
+from trainers.data import prompt_completion_dataset
+from trainers.registry import Recipe
+from trainers.result import TrainResult
+from trainers.runtime import (
+    ProgressCallback,
+    TimeBudgetCallback,
+    base_training_args,
+    finish_run,
+    load_model_and_tokenizer,
+    log,
+    peft_config,
+    prepare_output_dir,
+    seed_everything,
+    without_printer,
+)
+
+
+class SFTRecipeConfig(TrainerConfig):
+    """SFT hyperparameters. Defaults lift tiny-arith by well over 20 points in about a minute on 2 CPU cores."""
+
+    learning_rate: float = 1e-3
+    max_steps: int = 400
+    per_device_train_batch_size: int = 64
+    warmup_ratio: float = Field(default=0.05, ge=0.0, lt=1.0)
+    lr_scheduler_type: Literal["linear", "cosine", "constant", "constant_with_warmup"] = (
+        "constant_with_warmup"
+    )
+    weight_decay: float = Field(default=0.0, ge=0.0)
+    max_length: int = Field(default=256, gt=0, description="Longer prompt+answer sequences are truncated.")
+    completion_only_loss: bool = True
+    torch_threads: int = Field(
+        default=1, ge=1, description="CPU threads for torch; 1 is fastest for tiny models."
+    )
+
+
+def run_sft(config: SFTRecipeConfig) -> TrainResult:
+    """Fine-tune `model_path` on `train_file`; writes the checkpoint and metrics.json into `output_dir`."""
+    from trl import SFTConfig, SFTTrainer
+
+    torch.set_num_threads(config.torch_threads)
+    seed_everything(config.seed)
+    staging = prepare_output_dir(config.output_dir)
+    dataset = prompt_completion_dataset(config.train_file, max_samples=config.max_train_samples)
+    model, tokenizer = load_model_and_tokenizer(config.model_path)
+    log(f"sft: {len(dataset)} samples, model {config.model_path}, up to {config.max_steps} steps")
+    args = SFTConfig(
+        **base_training_args(config, staging),
+        warmup_steps=config.warmup_ratio,
+        lr_scheduler_type=config.lr_scheduler_type,
+        weight_decay=config.weight_decay,
+        max_length=config.max_length,
+        completion_only_loss=config.completion_only_loss,
+        packing=False,
+        dataset_num_proc=None,
+    )
+    time_budget = TimeBudgetCallback(config.max_seconds)
+    trainer = SFTTrainer(
+        model=model,
+        args=args,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        peft_config=peft_config(config),
+        callbacks=[time_budget, ProgressCallback()],
+    )
+    without_printer(trainer)
+    started = time.monotonic()
+    output = trainer.train()
+    train_seconds = time.monotonic() - started
+    return finish_run(
+        recipe="sft",
+        config=config,
+        trainer=trainer,
+        train_loss=output.training_loss,
+        time_budget=time_budget,
+        train_seconds=train_seconds,
+        tokenizer=tokenizer,
+    )
+
+
+RECIPE = Recipe(
+    name="sft",
+    description="Supervised fine-tuning on prompt/answer pairs (TRL SFTTrainer, loss on the answer only).",
+    config_class=SFTRecipeConfig,
+    run=run_sft,
+)
