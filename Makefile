@@ -24,14 +24,20 @@ $(VENV)/.installed-dev: $(VENV)/.installed
 install: $(VENV)/.installed
 install-dev: $(VENV)/.installed-dev
 
-## demo: a research loop on embedded defaults (tiny-arith on arith, built-in proposer, MLflow in a SQLite file)
+## demo: a research loop on embedded defaults (tiny-arith on arith, built-in proposer, MLflow in a SQLite file).
+## Trials run in Docker when the engine answers and the trainer image is current (`make sandbox-image`), else locally.
 demo: $(VENV)/.installed
-	@bash .ci/docker.sh --if-root --quiet && $(BIN)/rlloop sandbox build --quiet || echo "demo: Docker is not available here; trials run in the local sandbox"
 	$(BIN)/rlloop run $(DEMO_ARGS)
+
+## sandbox-image: install/start Docker's engine where needed (root) and build the trainer image (offline-capable)
+sandbox-image: $(VENV)/.installed
+	bash .ci/docker.sh
+	$(BIN)/rlloop sandbox build
 
 ## test: the whole suite, Docker tests included (the engine and the trainer image are set up first)
 test: $(VENV)/.installed-dev
 	bash .ci/docker.sh
+	bash .ci/chromium.sh
 	$(BIN)/rlloop sandbox build
 	$(BIN)/python -m pytest -q -p no:cacheprovider --timeout=1800
 

@@ -17,7 +17,7 @@ from agent.config import RunConfig, load_config_file
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__, pretty_exceptions_enable=False)
 console = Console(highlight=False)
-err = Console(stderr=True, highlight=False)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 def fail(message: str, code: int = 2) -> None:
@@ -111,40 +111,15 @@ def resume(
 
 @app.command()
 def benchmarks() -> None:
-    """List the benchmarks rlloop knows, with where each comes from."""
-    from grader.benchmarks import list_benchmarks
+    """List the benchmarks rlloop knows, with where each comes from (built in, entry point or a folder)."""
+    from grader.benchmarks.registry import describe_benchmarks, registry_problems
 
-    describe = _describe_benchmarks()
-    table = Table("benchmark", "source", "description")
-    for name in list_benchmarks():
-        info = describe.get(name, {})
-        table.add_row(name, str(info.get("source", "builtin")), str(info.get("description", ""))[:100])
+    table = Table("benchmark", "source", "description", "location")
+    for info in describe_benchmarks():
+        table.add_row(info.name, str(info.source), info.description[:90], info.location)
     console.print(table)
-    for problem in describe.get("__problems__", {}).get("list", []):  # type: ignore[union-attr]
+    for problem in registry_problems():
         err.print(f"[yellow]warning:[/yellow] {problem}")
-
-
-def _describe_benchmarks() -> dict[str, Any]:
-    try:
-        from grader.benchmarks import describe_benchmarks  # type: ignore[attr-defined]
-    except ImportError:
-        return {}
-    out: dict[str, Any] = {}
-    problems: list[str] = []
-    for item in describe_benchmarks():
-        data = (
-            item
-            if isinstance(item, dict)
-            else item.model_dump()
-            if hasattr(item, "model_dump")
-            else vars(item)
-        )
-        if data.get("error"):
-            problems.append(f"{data.get('source')}: {data['error']}")
-            continue
-        out[data["name"]] = data
-    out["__problems__"] = {"list": problems}
-    return out
 
 
 @app.command()
@@ -352,9 +327,17 @@ def _mount_optional(module: str, name: str, help_text: str) -> None:
 
 
 _mount_optional("sandbox.cli", "sandbox", "Build, check and clean the trial sandboxes.")
+app.command("serve", help="The run service: start, list, cancel and resume runs; approve proposals on a web page.")(
+    __import__("agent.service.cli", fromlist=["serve_command"]).serve_command
+)
 
 
 def main() -> None:
+    import logging
+
+    logging.getLogger("grader.benchmarks.registry").setLevel(
+        logging.ERROR
+    )  # `benchmarks` reports problems itself
     app()
 
 

@@ -61,11 +61,11 @@ def build_graph(nodes: LoopNodes) -> StateGraph:
             return "record"
         return "approve" if nodes.needs_approval(state) else "run_trial"
 
-    def after_approve(state: LoopState) -> Literal["run_trial", "record", "finish"]:
+    def after_approve(state: LoopState) -> Literal["run_trial", "record"]:
         current = state.get("current") or {}
-        if state.get("status") == "terminated":
-            return "finish"
-        return "record" if current.get("status") == "rejected" else "run_trial"
+        return (
+            "record" if current.get("status") == "rejected" else "run_trial"
+        )  # terminate: record, then finish
 
     def after_trial(state: LoopState) -> Literal["submit", "record"]:
         current = state.get("current") or {}

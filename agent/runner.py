@@ -14,6 +14,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, cast
 
+import httpx
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.types import Command, interrupt
@@ -115,6 +116,14 @@ class Research:
         self._grader: GraderProcess | None = None
         self._mark = time.monotonic()
         self.grader_start_s = 0.0  # wall seconds spent starting the grader (model load + baseline)
+        self.graph: Any = None
+        self.thread: RunnableConfig | None = None
+
+    def last_state(self) -> LoopState:
+        """The last checkpointed state (empty before the graph's first step)."""
+        if self.graph is None or self.thread is None:
+            return cast(LoopState, {})
+        return cast(LoopState, self.graph.get_state(self.thread).values)
 
     # ---- resources ---------------------------------------------------------------------------------------------
     @property
@@ -514,11 +523,18 @@ class Research:
         """Read final results from the grader (never from workspace files), write results.csv, plot, MLflow."""
         final: dict[str, Any] = {}
         try:
-            if status != "interrupted" and (
-                self._grader is not None or success
-            ):  # a resumed run must still submit
+            if success:  # ends the grader's run: private scores revealed, no more submissions
                 final = self.grader.finalize()
-        except (GraderError, OSError) as exc:
+            elif (
+                self._grader is not None
+                and self._grader.proc is not None
+                and self._grader.proc.poll() is None
+            ):
+                live = self._grader.get("/scores")  # an interrupted run stays open for resume
+                final = {
+                    "total_submissions": sum(1 for s in live["submissions"] if s.get("duplicate_of") is None)
+                }
+        except (GraderError, OSError, httpx.HTTPError) as exc:
             self.reporter.warn(f"could not read final results from the grader: {exc}")
         # the final best is chosen on the public split and reported on the private one (when the run has the split)
         baseline = _first(
@@ -613,7 +629,11 @@ def open_checkpointer(path: Path) -> SqliteSaver:
 def execute(
     config: RunConfig, *, resume_run_id: str | None = None, reporter: Reporter | None = None
 ) -> dict[str, Any]:
-    """Run (or resume) a research run to its end. Returns the run's summary."""
+    """Run (or resume) a research run to its end. Returns the run's summary.
+
+    Ctrl-C and SIGTERM at any point stop every child, keep the workspace and logs, write the results row with
+    success false, and leave the run resumable.
+    """
     home = ensure_home(config.home)
     config.home = home
     run_id = resume_run_id or config.run_id or new_run_id(config.benchmark)
@@ -622,8 +642,9 @@ def execute(
         if not paths.run_json.exists():
             raise FileNotFoundError(f"no run {run_id!r} under {home / 'runs'}; `rlloop runs` lists them")
         saved = json.loads(paths.run_json.read_text())
+        saved.pop("run_id", None)
         saved["home"] = str(home)
-        config = RunConfig.model_validate({**saved, "quiet": config.quiet})
+        config = RunConfig.model_validate({**saved, "quiet": config.quiet, "run_id": run_id})
     elif paths.run_dir.exists() and paths.checkpoints_db.exists():
         raise FileExistsError(f"run {run_id!r} already exists; resume it with `rlloop resume {run_id}`")
     benchmark = get_benchmark(config.benchmark)
@@ -631,64 +652,98 @@ def execute(
     reporter = reporter or Reporter(paths.log_file, quiet=config.quiet)
     atomic_write_json(paths.run_json, {**config.model_dump(mode="json"), "run_id": run_id})
     (paths.run_dir / "pid").write_text(str(os.getpid()))
-    reporter.info(f"[bold]rlloop[/bold] run {run_id}: {config.base_model} on {config.benchmark}")
-    base_model = resolve_base_model(
-        config.base_model,
-        home,
-        on_build=lambda n: reporter.info(f"building the built-in model {n} (first use)"),
-    )
-    prepare_workspace(paths, benchmark)
-    budget = make_budget(config)
-    proposer = make_proposer(config, budget)
-    sandbox = make_sandbox(config, reporter)
-    reporter.info(f"proposer: {proposer.name} | sandbox: {sandbox.name} | workspace: {paths.workspace}")
-    research = Research(config, paths, reporter, proposer, sandbox, budget)
-    if resume_run_id:
-        sandbox.cleanup({"rlloop.run": run_id})  # trials an earlier, killed process left running
-    research.base_model = base_model
-    graph = build_graph(research).compile(checkpointer=open_checkpointer(paths.checkpoints_db))
-    thread: RunnableConfig = {"configurable": {"thread_id": run_id}, "recursion_limit": 10_000}
-    existing = graph.get_state(thread)
-    payload: Any = None if (resume_run_id and existing.values) else {"run_id": run_id}
-    if resume_run_id and existing.values:
-        research.reporter.info(f"resuming after {len(existing.values.get('trials', []))} finished trials")
-        payload = _recover_current(existing.values, research)
+    research: Research | None = None
     try:
         with interrupts_as_exceptions():
-            while True:
-                graph.invoke(payload, thread)
-                snapshot = graph.get_state(thread)
-                pending = [i for task in snapshot.tasks for i in task.interrupts]
-                if not pending:
-                    break
-                trial = pending[0].value["trial"]
-                reporter.info(
-                    f"    waiting for approval of {trial['trial_id']}: `rlloop approve {run_id}` "
-                    f"(or --reject REASON), or the service's approvals page"
-                )
-                decision = approvals.wait_for_decision(paths.run_dir, trial["trial_id"])
-                payload = Command(resume=decision.model_dump(mode="json"))
+            reporter.info(f"[bold]rlloop[/bold] run {run_id}: {config.base_model} on {config.benchmark}")
+            base_model = resolve_base_model(
+                config.base_model,
+                home,
+                on_build=lambda n: reporter.info(
+                    f"building the built-in model {n} (first use, about a minute)"
+                ),
+            )
+            prepare_workspace(paths, benchmark)
+            budget = make_budget(config)
+            proposer = make_proposer(config, budget)
+            sandbox = make_sandbox(config, reporter)
+            reporter.info(
+                f"proposer: {proposer.name} | sandbox: {sandbox.name} | workspace: {paths.workspace}"
+            )
+            research = Research(config, paths, reporter, proposer, sandbox, budget)
+            research.base_model = base_model
+            if resume_run_id:
+                sandbox.cleanup({"rlloop.run": run_id})  # trials an earlier, killed process left running
+            values = _drive(research, resume=bool(resume_run_id))
     except (RunInterrupted, KeyboardInterrupt) as exc:
-        reporter.warn(f"interrupted ({exc or 'SIGINT'}): stopping trials, keeping the workspace and logs")
-        research.sandbox.cleanup({"rlloop.run": run_id})
-        values = graph.get_state(thread).values
-        summary = research.finalize(
-            cast(LoopState, values), success=False, status="interrupted", reason=str(exc or "SIGINT")
-        )
-        research.close()
+        reason = str(exc) or "SIGINT"
+        reporter.warn(f"interrupted ({reason}): stopping trials, keeping the workspace and logs")
+        if research is None:
+            summary = _interrupted_before_start(config, paths, reason)
+        else:
+            research.sandbox.cleanup({"rlloop.run": run_id})
+            summary = research.finalize(
+                research.last_state(), success=False, status="interrupted", reason=reason
+            )
+            research.close()
         reporter.info(f"resume with: rlloop resume {run_id}")
         reporter.close()
         return summary
-    except Exception:
-        research.sandbox.cleanup({"rlloop.run": run_id})
-        research.close()
+    except BaseException:
+        if research is not None:
+            research.sandbox.cleanup({"rlloop.run": run_id})
+            research.close()
         reporter.close()
         raise
-    values = graph.get_state(thread).values
     research.close()
     summary = dict(values.get("final", {}))
-    print_summary(reporter, values, summary)
+    print_summary(reporter, dict(values), summary)
     reporter.close()
+    return summary
+
+
+def _drive(research: Research, *, resume: bool) -> LoopState:
+    """Invoke the graph until it ends, pausing at approval interrupts until a decision arrives."""
+    paths, reporter = research.paths, research.reporter
+    graph = build_graph(research).compile(checkpointer=open_checkpointer(paths.checkpoints_db))
+    thread: RunnableConfig = {"configurable": {"thread_id": paths.run_id}, "recursion_limit": 10_000}
+    research.graph, research.thread = graph, thread
+    existing = graph.get_state(thread)
+    payload: Any = {"run_id": paths.run_id}
+    if resume and existing.values:
+        reporter.info(f"resuming after {len(existing.values.get('trials', []))} finished trials")
+        payload = _recover_current(existing.values, research)
+    while True:
+        graph.invoke(payload, thread)
+        snapshot = graph.get_state(thread)
+        pending = [i for task in snapshot.tasks for i in task.interrupts]
+        if not pending:
+            return cast(LoopState, snapshot.values)
+        trial = pending[0].value["trial"]
+        reporter.info(
+            f"    waiting for approval of {trial['trial_id']}: `rlloop approve {paths.run_id}` "
+            "(or --reject REASON), or the service's approvals page"
+        )
+        decision = approvals.wait_for_decision(paths.run_dir, trial["trial_id"])
+        payload = Command(resume=decision.model_dump(mode="json"))
+
+
+def _interrupted_before_start(config: RunConfig, paths: RunPaths, reason: str) -> dict[str, Any]:
+    """Interrupted before the loop began (building the model, starting up): still one results row."""
+    row = {
+        "run_id": paths.run_id,
+        "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "task": config.benchmark,
+        "agent": config.agent_name,
+        "driver_model": config.driver_model or "",
+        "base_model": config.base_model,
+        "submissions": 0,
+        "success": False,
+        "workspace": str(paths.workspace),
+    }
+    append_result_row(config.home / "results.csv", row)
+    summary = {**row, "status": "interrupted", "stop_reason": reason}
+    atomic_write_json(paths.run_dir / "summary.json", summary)
     return summary
 
 

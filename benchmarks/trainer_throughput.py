@@ -15,8 +15,9 @@ import json
 import statistics
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -25,7 +26,9 @@ from grader.benchmarks import get_benchmark
 
 def _write_train(path: Path, count: int) -> Path:
     samples = get_benchmark("arith").load("train")[:count]
-    path.write_text("".join(json.dumps({"id": s.id, "prompt": s.prompt, "answer": s.answer}) + "\n" for s in samples))
+    path.write_text(
+        "".join(json.dumps({"id": s.id, "prompt": s.prompt, "answer": s.answer}) + "\n" for s in samples)
+    )
     return path
 
 
@@ -39,8 +42,8 @@ def _model(path: Path | None, scratch: Path) -> Path:
     return save_model_atomically(model, tokenizer, scratch / "model", {"name": "tiny-arith-bench"})
 
 
-def _num_tokens(log_history: list[dict[str, object]]) -> float:
-    values = [float(e["num_tokens"]) for e in log_history if isinstance(e.get("num_tokens"), int | float)]  # type: ignore[arg-type]
+def _num_tokens(log_history: Sequence[Mapping[str, Any]]) -> float:
+    values = [float(e["num_tokens"]) for e in log_history if isinstance(e.get("num_tokens"), int | float)]
     if not values:
         raise RuntimeError("TRL logged no num_tokens; cannot count training tokens")
     return max(values)
@@ -69,13 +72,12 @@ def run_trl_direct(model: Path, train: Path, out: Path, shape: dict[str, int]) -
         report_to="none",
         use_cpu=not torch.cuda.is_available(),
         bf16=False,  # float32 like rlloop's recipes; TRL's default (bf16 on CPU) would be ~4x slower here
-
         disable_tqdm=True,
         seed=0,
     )
     trainer = GRPOTrainer(
         model=AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32),
-        reward_funcs=reward_functions("arith"),
+        reward_funcs=reward_functions("arith"),  # type: ignore[arg-type]
         args=args,
         train_dataset=prompt_answer_dataset(train),
         processing_class=AutoTokenizer.from_pretrained(model),
@@ -101,7 +103,9 @@ def run_rlloop_grpo(model: Path, train: Path, out: Path, shape: dict[str, int]) 
         torch_threads=torch.get_num_threads(),
     )
     result = run_grpo(config)
-    history = [json.loads(line) for line in (out / "log_history.jsonl").read_text().splitlines() if line.strip()]
+    history = [
+        json.loads(line) for line in (out / "log_history.jsonl").read_text().splitlines() if line.strip()
+    ]
     return _num_tokens(history), result.train_seconds
 
 
@@ -132,7 +136,9 @@ CONTENDERS: dict[str, Callable[[Path, Path, Path, dict[str, int]], tuple[float, 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", type=Path, default=None, help="HF checkpoint folder (default: build tiny-arith)")
+    parser.add_argument(
+        "--model", type=Path, default=None, help="HF checkpoint folder (default: build tiny-arith)"
+    )
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--batch", type=int, default=64, help="completions per step")
     parser.add_argument("--generations", type=int, default=8)
@@ -156,7 +162,9 @@ def main() -> None:
             for name, fn in CONTENDERS.items():  # interleaved, so load drift hits every contender alike
                 tokens, seconds = fn(model, train, scratch / f"{name}-{repeat}", shape)
                 figures[name].append(tokens / seconds)
-                print(f"repeat {repeat + 1} {name}: {tokens:.0f} tokens in {seconds:.2f}s = {tokens / seconds:.0f} tok/s")
+                print(
+                    f"repeat {repeat + 1} {name}: {tokens:.0f} tokens in {seconds:.2f}s = {tokens / seconds:.0f} tok/s"
+                )
 
     baseline = statistics.median(figures["trl_grpo_direct"])
     print()

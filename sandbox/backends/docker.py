@@ -37,6 +37,23 @@ def _client(timeout: int = 60) -> Any:
     return docker.from_env(timeout=timeout)
 
 
+LIVE_CODE_DIR = "/opt/rlloop-live"
+
+
+def live_code_mounts() -> dict[str, dict[str, str]]:
+    """The host's rlloop packages, read-only, over the image's copy: trials run the trainer library the host runs,
+    and code changes never need an image rebuild. Empty when rlloop is not run from a source checkout."""
+    from sandbox.images import PACKAGES, project_root
+
+    try:
+        root = project_root()
+    except RuntimeError:
+        return {}
+    if not all((root / package / "__init__.py").is_file() for package in PACKAGES):
+        return {}
+    return {str(root / p): {"bind": f"{LIVE_CODE_DIR}/{p}", "mode": "ro"} for p in PACKAGES}
+
+
 class DockerSandbox:
     """One container per trial (see the module docstring for the limits it sets)."""
 
@@ -75,6 +92,8 @@ class DockerSandbox:
             "PYTHONUNBUFFERED": "1",
             **request.env,
         }
+        if live_code_mounts():
+            env["PYTHONPATH"] = LIVE_CODE_DIR
         network_kw: dict[str, Any] = {"network_mode": "none"}
         if request.network == "grader":
             gate = self._grader_network(request.grader_url or "")
@@ -189,6 +208,7 @@ class DockerSandbox:
     @staticmethod
     def _volumes(request: SandboxRequest) -> dict[str, dict[str, str]]:
         volumes = {str(request.workspace): {"bind": str(request.workspace), "mode": "rw"}}
+        volumes.update(live_code_mounts())
         for mount in request.mounts:
             volumes[str(mount.source)] = {
                 "bind": str(mount.target or mount.source),

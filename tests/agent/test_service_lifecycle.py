@@ -66,9 +66,11 @@ def test_run_cancel_resume_and_terminate_through_the_api(tiny_model_home: Path) 
             assert decided.status_code == 200, decided.text
             body = wait_for(client, "svc-1", lambda b: b["worker"]["state"] == "exited", timeout=300)
             assert body["status"] == "terminated", body
-            # a terminated run records no trial: the rejected proposal stays as the run's last `current`
-            assert body["stop_reason"] == "terminated by a reviewer" and body["trial_list"] == []
-            assert body["current"]["status"] == "rejected" and "terminated by ci" in body["current"]["error"]
+            # the terminated proposal is recorded as a rejected trial, with who ended the run and why
+            assert body["stop_reason"] == "terminated by a reviewer"
+            (trial,) = body["trial_list"]
+            assert trial["status"] == "rejected" and "terminated by ci" in trial["error"]
+            assert trial["approval"]["by"] == "ci" and trial["approval"]["action"] == "terminate"
             assert body["worker"]["exit_code"] == 0
             assert client.post("/runs/svc-1/resume").status_code == 409  # nothing left to resume
     finally:

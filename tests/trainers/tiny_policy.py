@@ -23,7 +23,7 @@ from trainers.tiny import build_char_tokenizer
 
 TRAIN_STEPS = 120
 # Fixed here (not read from trainers.tiny's recipe, which is tuned for the demo) so these tests stay calibrated.
-ARCH = {
+ARCH: dict[str, Any] = {
     "hidden_size": 128,
     "intermediate_size": 256,
     "num_hidden_layers": 4,

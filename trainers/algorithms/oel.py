@@ -197,7 +197,8 @@ def run(config: OELConfig) -> TrainResult:
             tokens += used
             del teacher
             kls = [row["kl"] for row in history]
-            round_row["kl_start"] = op.mean(kls[:3])  # means of the first / last three steps: one step is noisy
+            # means of the first / last three steps: a single sampled step is noisy
+            round_row["kl_start"] = op.mean(kls[:3])
             round_row["kl_end"] = op.mean(kls[-3:])
             round_row["steps"] = len(history)
         round_row["eval_accuracy"] = op.evaluate(policy, tokenizer, config)

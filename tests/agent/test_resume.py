@@ -1,0 +1,135 @@
+"""Crash-safe resume: kill -9 the run at every node, resume it, and get the state an uninterrupted run gets.
+
+The crash is a real SIGKILL of the run's process (`RLLOOP_FAILPOINT` picks the moment, so the test is
+deterministic); trials use a fixed step count so the same proposal trains the same checkpoint twice.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agent.status import read_state
+
+pytestmark = pytest.mark.slow
+
+ARGS = [
+    "--loop-n", "2", "--trial-steps", "25", "--eval-limit", "120", "--public-fraction", "0", "--sandbox", "local",
+    "--timeout", "30m", "--quiet",
+]
+
+
+def _env(home: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "RLLOOP_FAILPOINT"}
+    return {**env, "RLLOOP_HOME": str(home), **extra}
+
+
+def _run(home: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "agent.cli", *args], env=_env(home, **env), capture_output=True, text=True, timeout=900
+    )
+
+
+def _submissions(run_dir: Path) -> list[tuple[str, float | None, int | None]]:
+    conn = sqlite3.connect(run_dir / "grader" / "store.db")
+    try:
+        rows = conn.execute("SELECT model_path, score, duplicate_of FROM submissions ORDER BY id").fetchall()
+    finally:
+        conn.close()
+    return [(Path(p).parent.name, s, d) for p, s, d in rows]
+
+
+def _summary(state: dict[str, Any]) -> list[tuple[str, str, str, float | None]]:
+    return [(t["trial_id"], t["proposal"]["recipe"], t["status"], t["score"]) for t in state["trials"]]
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> dict[str, Any]:
+    """An uninterrupted run with the same settings: what every resumed run must end up equal to."""
+    import shutil
+
+    home = tmp_path_factory.mktemp("ref")
+    shutil.copytree(tiny_model_dir, home / "models" / "tiny-arith")
+    result = _run(home, "run", "--run-id", "ref", *ARGS)
+    assert result.returncode == 0, result.stdout + result.stderr
+    run_dir = home / "runs" / "ref"
+    return {"state": read_state(run_dir), "submissions": _submissions(run_dir)}
+
+
+@pytest.mark.parametrize("failpoint", ["propose:2", "run_trial:1", "submit:1", "record:2"])
+def test_kill_9_then_resume_equals_uninterrupted(
+    failpoint: str, reference: dict[str, Any], tiny_model_home: Path
+) -> None:
+    home = tiny_model_home
+    crashed = _run(home, "run", "--run-id", "crash", *ARGS, RLLOOP_FAILPOINT=failpoint)
+    assert crashed.returncode == -signal.SIGKILL, crashed.stdout + crashed.stderr
+    run_dir = home / "runs" / "crash"
+    before = read_state(run_dir)
+    assert before.get("status") != "finished"
+
+    resumed = _run(home, "resume", "crash")
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    state = read_state(run_dir)
+    assert state["status"] == "finished"
+    assert _summary(state) == _summary(reference["state"])
+    assert state["submissions"] == reference["state"]["submissions"]
+    # nothing submitted twice: the grader's store holds exactly the reference's submissions
+    assert _submissions(run_dir) == reference["submissions"]
+    # the MLflow parent run is continued, not duplicated
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{home / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("rlloop/arith")
+    assert experiment is not None
+    parents = client.search_runs(
+        [experiment.experiment_id], "tags.`rlloop.run_id` = 'crash' and tags.`rlloop.kind` = 'parent'"
+    )
+    assert len(parents) == 1
+    children = client.search_runs(
+        [experiment.experiment_id], f"tags.`mlflow.parentRunId` = '{parents[0].info.run_id}'"
+    )
+    assert sorted(c.data.tags["rlloop.trial_id"] for c in children) == ["t01", "t02"]
+    scores = client.get_metric_history(parents[0].info.run_id, "score")
+    assert len(scores) == state["submissions"]
+
+
+def test_kill_9_while_waiting_for_approval(tiny_model_home: Path) -> None:
+    home = tiny_model_home
+    args = [a if a != "2" else "1" for a in ARGS]  # one trial is enough here
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "agent.cli", "run", "--run-id", "gated", "--approval", "always", *args],
+        env=_env(home),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    pending = home / "runs" / "gated" / "approvals" / "t01.pending.json"
+    deadline = time.monotonic() + 300
+    while not pending.exists() and time.monotonic() < deadline:
+        time.sleep(0.3)
+    assert pending.exists(), "the proposal never reached the approval gate"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+
+    resume = subprocess.Popen(
+        [sys.executable, "-m", "agent.cli", "resume", "gated"], env=_env(home), stdout=subprocess.PIPE, text=True
+    )
+    time.sleep(2.0)
+    approve = _run(home, "approve", "gated", "--set", "learning_rate=0.0005", "--by", "reviewer-1")
+    assert approve.returncode == 0, approve.stderr
+    out, _ = resume.communicate(timeout=600)
+    assert resume.returncode == 0, out
+    state = read_state(home / "runs" / "gated")
+    assert state["status"] == "finished"
+    (trial,) = state["trials"]
+    assert trial["approval"]["by"] == "reviewer-1"
+    assert trial["approval"]["action"] == "edit"
+    assert trial["proposal"]["hyperparameters"]["learning_rate"] == 0.0005
+    assert trial["status"] == "succeeded"
