@@ -327,9 +327,16 @@ def _mount_optional(module: str, name: str, help_text: str) -> None:
 
 
 _mount_optional("sandbox.cli", "sandbox", "Build, check and clean the trial sandboxes.")
-app.command("serve", help="The run service: start, list, cancel and resume runs; approve proposals on a web page.")(
-    __import__("agent.service.cli", fromlist=["serve_command"]).serve_command
+_plan_cli = __import__("trainers.plan_cli", fromlist=["plan_command", "check_inputs_command"])
+app.command("plan", help="Plan verl jobs for runs too large for one machine (prints; starts nothing).")(
+    _plan_cli.plan_command
 )
+app.command("check-inputs", help="Validate what a plan depends on, without loading any model.")(
+    _plan_cli.check_inputs_command
+)
+app.command(
+    "serve", help="The run service: start, list, cancel and resume runs; approve proposals on a web page."
+)(__import__("agent.service.cli", fromlist=["serve_command"]).serve_command)
 
 
 def main() -> None:

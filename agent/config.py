@@ -51,6 +51,9 @@ class RunConfig(BaseSettings):
         "auto", description="auto = llm when --driver-model is set, else builtin."
     )
     driver_model: str | None = Field(None, description="LLM for the proposer (OpenAI-compatible endpoint).")
+    recipes: str | None = Field(
+        None, description="Comma list of trainer recipes the proposer may use (default: all registered)."
+    )
     approval: str = Field(
         "never", description="Approval policy: never, always, code, budget (comma-combinable)."
     )

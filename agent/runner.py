@@ -236,7 +236,7 @@ class Research:
             trials_left=self.config.loop_n - len(trials),
             seconds_left=max(0.0, self.config.timeout - FINISH_RESERVE_S - self.used_s(state)),
             submissions_left=cap - state.get("submissions", 0),
-            recipes=_recipes(),
+            recipes=_recipes(self.config.recipes),
             seed=self.config.seed,
             feedback=state.get("feedback"),
         )
@@ -595,13 +595,18 @@ def _fmt(value: float | None) -> str:
     return "" if value is None else f"{value:.4f}"
 
 
-def _recipes() -> list[str]:
-    try:
-        from trainers.registry import list_recipes
+def _recipes(allowed: str | None) -> list[str]:
+    """Registered recipes, limited to the run's `--recipes` list when it gives one (in that order)."""
+    from trainers.registry import list_recipes
 
-        return [r if isinstance(r, str) else r.name for r in list_recipes()]
-    except Exception:
-        return ["sft", "grpo"]
+    known = [r.name for r in list_recipes()]
+    if not allowed:
+        return known
+    wanted = [r.strip() for r in allowed.split(",") if r.strip()]
+    unknown = [r for r in wanted if r not in known]
+    if unknown:
+        raise ValueError(f"unknown recipe(s) {', '.join(unknown)} in --recipes; known: {', '.join(known)}")
+    return wanted
 
 
 @contextmanager

@@ -14,8 +14,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from trainers.algorithms.coach import CoachReplyError
 from trainers.data import DataFileError
 from trainers.registry import UnknownRecipeError, get_recipe, list_recipes
+from trainers.result import TrainerSetupError
 
 EXIT_BAD_INPUT = 2
 
@@ -73,12 +75,8 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(describe_validation_error(exc, args.config))
     try:
         recipe.run(config)
-    except (DataFileError, FileNotFoundError) as exc:
+    except (DataFileError, FileNotFoundError, TrainerSetupError, CoachReplyError) as exc:
         return _fail(str(exc))
-    except RuntimeError as exc:
-        if "use_vllm" in str(exc):
-            return _fail(str(exc))
-        raise
     return 0
 
 

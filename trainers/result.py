@@ -23,3 +23,7 @@ class TrainResult(BaseModel):
     stopped_early: bool = False  # True when `max_seconds` ran out before `max_steps`
     lora_merged: bool = False
     extra: dict[str, float] = Field(default_factory=dict)
+
+
+class TrainerSetupError(RuntimeError):
+    """The trial cannot start as configured (a missing endpoint, no GPU for vLLM): the CLI prints one line, exit 2."""

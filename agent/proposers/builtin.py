@@ -1,17 +1,25 @@
 """The built-in proposer: a small, explainable hill-climber over recipes and learning rates.
 
 It needs no LLM. It reads what earlier trials scored and decides like a careful researcher would: start with SFT,
-keep training the best checkpoint while that pays off (annealing the learning rate), probe a larger learning rate
-when progress stalls, move to RL (GRPO) from the best checkpoint when supervised training has plateaued, and back off
-after a crash.
+keep training the best checkpoint while that pays off (annealing the learning rate), probe another learning rate
+when progress stalls, move to RL (GRPO, then OPO, DPO, GAD) from the best checkpoint when supervised training has
+plateaued, and back off after a crash or a reviewer's rejection.
 """
 
 from __future__ import annotations
 
 from agent.proposers.base import Proposal, ProposalContext, TrialRecord
 
-DEFAULT_LR = {"sft": 1e-3, "grpo": 1e-4}
+DEFAULT_LR = {"sft": 1e-3, "grpo": 1e-4, "opo": 1e-4, "dpo": 5e-5, "gad": 1e-4}
+RL_CYCLE = (
+    "grpo",
+    "opo",
+    "dpo",
+    "gad",
+)  # tried in turn, from the best checkpoint, when supervised training stalls
+TIME_BOXED_MAX_STEPS = 100_000  # with max_seconds set, the clock ends the trial
 MIN_TRIAL_SECONDS = 20.0
+MAX_TRIAL_SECONDS = 90.0
 EVAL_RESERVE_S = 15.0  # time kept back per trial for loading, saving and grading
 
 
@@ -24,7 +32,7 @@ def _succeeded(trials: list[TrialRecord]) -> list[TrialRecord]:
 
 
 def _stall_count(trials: list[TrialRecord], baseline: float | None) -> int:
-    """How many scored trials in a row failed to beat the best score seen before them."""
+    """How many scored trials in a row failed to beat the best score seen before them (the baseline included)."""
     best = baseline if baseline is not None else float("-inf")
     stall = 0
     for trial in _succeeded(trials):
@@ -36,121 +44,125 @@ def _stall_count(trials: list[TrialRecord], baseline: float | None) -> int:
     return stall
 
 
+def _lr(proposal: Proposal) -> float:
+    return float(proposal.hyperparameters.get("learning_rate", DEFAULT_LR.get(proposal.recipe, 1e-4)))
+
+
 class BuiltinProposer:
     """Chooses recipe, learning rate, start checkpoint and time budget from the scores so far."""
 
     name = "builtin"
 
-    def __init__(self, grpo_after_stalls: int = 2, max_steps: int | None = None) -> None:
-        self.grpo_after_stalls = grpo_after_stalls
+    def __init__(self, rl_after_stalls: int = 2, max_steps: int | None = None) -> None:
+        self.rl_after_stalls = rl_after_stalls
         self.max_steps = max_steps  # fixed steps make trials reproducible; otherwise they are time-boxed
 
-    def _seconds_for_trial(self, context: ProposalContext) -> float:
-        per_trial = context.seconds_left / max(context.trials_left, 1) - EVAL_RESERVE_S
-        return max(MIN_TRIAL_SECONDS, min(per_trial, 90.0))
+    @staticmethod
+    def _menu(context: ProposalContext) -> tuple[str, list[str]]:
+        """(the supervised recipe, the RL recipes in the order to try them) among those the run allows."""
+        allowed = context.recipes or ["sft", "grpo"]
+        supervised = "sft" if "sft" in allowed else allowed[0]
+        return supervised, [r for r in RL_CYCLE if r in allowed and r != supervised]
 
-    def propose(self, context: ProposalContext) -> Proposal:
-        seconds = self._seconds_for_trial(context)
+    def _budget(self, context: ProposalContext) -> tuple[float, dict[str, float | int]]:
+        per_trial = context.seconds_left / max(context.trials_left, 1) - EVAL_RESERVE_S
+        seconds = max(MIN_TRIAL_SECONDS, min(per_trial, MAX_TRIAL_SECONDS))
         budget: dict[str, float | int] = {"seed": context.seed + len(context.trials)}
         if self.max_steps is not None:
             budget["max_steps"] = self.max_steps
         else:
-            budget["max_seconds"] = round(seconds, 1)
+            budget.update(max_seconds=round(seconds, 1), max_steps=TIME_BOXED_MAX_STEPS)
+        return seconds, budget
+
+    def propose(self, context: ProposalContext) -> Proposal:
+        seconds, budget = self._budget(context)
+        supervised, rl_recipes = self._menu(context)
         trials = context.trials
+        note = ""
         if context.feedback:
             note = f" A reviewer rejected the last proposal: {context.feedback!r}; taking a more conservative step."
-        else:
-            note = ""
+
+        def proposal(
+            hypothesis: str, rationale: str, recipe: str, lr: float, init_from: str | None, **extra: int
+        ) -> Proposal:
+            return Proposal(
+                hypothesis=hypothesis,
+                rationale=rationale + note,
+                recipe=recipe,
+                hyperparameters={"learning_rate": lr, **extra, **budget},
+                init_from=init_from,
+                estimated_cost_s=seconds,
+            )
 
         if not trials:
-            return Proposal(
-                hypothesis="Supervised fine-tuning on the train split lifts accuracy over the weak base model.",
-                rationale="No trials yet: SFT is the cheapest reliable first step." + note,
-                recipe="sft",
-                hyperparameters={"learning_rate": DEFAULT_LR["sft"], **budget},
-                init_from=None,
-                estimated_cost_s=seconds,
+            return proposal(
+                "Supervised fine-tuning on the train split lifts accuracy over the weak base model.",
+                "No trials yet: SFT is the cheapest reliable first step.",
+                supervised,
+                DEFAULT_LR.get(supervised, 1e-4),
+                None,
             )
 
         last = trials[-1]
-        best_trial = context.best_trial_id
-        scored = _succeeded(trials)
-
         if last.status in ("failed", "rejected"):
-            lr = (
-                float(last.proposal.hyperparameters.get("learning_rate", DEFAULT_LR[last.proposal.recipe]))
-                * 0.5
-            )
             batch = int(last.proposal.hyperparameters.get("per_device_train_batch_size", 32))
-            return Proposal(
-                hypothesis=f"The failure of {last.trial_id} ({last.error or last.status}) came from an aggressive "
-                "setting; a smaller learning rate and batch will train stably.",
-                rationale="Back off after a failed trial instead of abandoning the direction." + note,
-                recipe="sft" if last.proposal.recipe not in DEFAULT_LR else last.proposal.recipe,
-                hyperparameters={
-                    "learning_rate": lr,
-                    "per_device_train_batch_size": max(4, batch // 2),
-                    **budget,
-                },
-                init_from=last.proposal.init_from,
-                estimated_cost_s=seconds,
+            recipe = last.proposal.recipe if last.proposal.recipe in DEFAULT_LR else supervised
+            return proposal(
+                f"The failure of {last.trial_id} ({last.error or last.status}) came from an aggressive setting; a "
+                "smaller learning rate and batch will train stably.",
+                "Back off after a failed trial instead of abandoning the direction.",
+                recipe,
+                _lr(last.proposal) * 0.5,
+                last.proposal.init_from,
+                per_device_train_batch_size=max(8, batch // 2),
             )
 
         stalls = _stall_count(trials, context.baseline_score)
         beats_base = context.best_score is not None and (
             context.baseline_score is None or context.best_score > context.baseline_score
         )
-        if not beats_base:
-            best_trial = None  # nothing beat the base model yet: keep starting from it
-        parent = next((t for t in scored if t.trial_id == best_trial), None)
-        parent_recipe = parent.proposal.recipe if parent else "sft"
-        parent_lr = (
-            float(parent.proposal.hyperparameters.get("learning_rate", DEFAULT_LR["sft"])) if parent else 1e-3
-        )
+        best_trial = context.best_trial_id if beats_base else None  # nothing beat the base yet: start from it
+        parent = next((t for t in _succeeded(trials) if t.trial_id == best_trial), None)
+        parent_recipe = parent.proposal.recipe if parent else supervised
+        parent_lr = _lr(parent.proposal) if parent else DEFAULT_LR.get(supervised, 1e-4)
 
         if stalls == 0:
-            lr = parent_lr * (0.7 if parent_recipe == "sft" else 1.0)
-            return Proposal(
-                hypothesis=f"{best_trial} improved the score to {context.best_score:.3f}; training it further with an "
+            return proposal(
+                f"{best_trial} improved the score to {_score(context.best_score)}; training it further with an "
                 "annealed learning rate keeps improving.",
-                rationale="Exploit: the last step paid off, so continue from the best checkpoint." + note,
-                recipe=parent_recipe,
-                hyperparameters={"learning_rate": lr, **budget},
-                init_from=best_trial,
-                estimated_cost_s=seconds,
+                "Exploit: the last step paid off, so continue from the best checkpoint.",
+                parent_recipe,
+                parent_lr * (0.7 if parent_recipe == supervised else 1.0),
+                best_trial,
             )
 
-        if (
-            beats_base
-            and stalls >= self.grpo_after_stalls
-            and not any(t.proposal.recipe == "grpo" for t in trials[-stalls:])
-        ):
-            return Proposal(
-                hypothesis="Supervised training has plateaued; on-policy RL (GRPO) on the exact-match reward from the "
-                "best checkpoint fixes the remaining systematic errors.",
-                rationale=f"{stalls} trials without improvement: change the learning signal, not the step size."
-                + note,
-                recipe="grpo",
-                hyperparameters={"learning_rate": DEFAULT_LR["grpo"], **budget},
-                init_from=best_trial,
-                estimated_cost_s=seconds,
+        recent = {t.proposal.recipe for t in trials[-stalls:]}
+        untried_rl = [r for r in rl_recipes if r not in recent]
+        if beats_base and stalls >= self.rl_after_stalls and untried_rl:
+            recipe = untried_rl[0]
+            return proposal(
+                f"Supervised training has plateaued; on-policy RL ({recipe}) on the exact-match reward from the best "
+                "checkpoint fixes the remaining systematic errors.",
+                f"{stalls} trials without improvement: change the learning signal, not the step size.",
+                recipe,
+                DEFAULT_LR.get(recipe, 1e-4),
+                best_trial,
             )
 
         tried_lrs = {
-            round(float(t.proposal.hyperparameters.get("learning_rate", 0.0)), 12)
+            round(_lr(t.proposal), 12)
             for t in trials
             if t.proposal.init_from == best_trial and t.proposal.recipe == parent_recipe
         }
         up, down = parent_lr * 2.0, parent_lr * 0.3
         lr = up if round(up, 12) not in tried_lrs and not context.feedback else down
         direction = "larger" if lr > parent_lr else "smaller"
-        return Proposal(
-            hypothesis=f"The last trial did not beat {_score(context.best_score if beats_base else context.baseline_score)}; "
-            f"a {direction} learning rate from {best_trial or 'the base model'} escapes the plateau.",
-            rationale=f"Explore the learning rate around the best trial ({stalls} without improvement)."
-            + note,
-            recipe=parent_recipe,
-            hyperparameters={"learning_rate": lr, **budget},
-            init_from=best_trial,
-            estimated_cost_s=seconds,
+        target = _score(context.best_score if beats_base else context.baseline_score)
+        return proposal(
+            f"The last trial did not beat {target}; a {direction} learning rate from {best_trial or 'the base model'} "
+            "escapes the plateau.",
+            f"Explore the learning rate around the best trial ({stalls} without improvement).",
+            parent_recipe,
+            lr,
+            best_trial,
         )

@@ -58,7 +58,11 @@ def test_short_run_end_to_end(tmp_path: Path, tiny_model_home: Path) -> None:
 
     # the grader's store and the people's mirror agree, submission for submission
     mirror = json.loads((run_dir / "scores.json").read_text())
-    mirrored = {int(s["submission_id"]): float(s["score"]) for s in mirror["submissions"] if s.get("score") is not None}
+    mirrored = {
+        int(s["submission_id"]): float(s["score"])
+        for s in mirror["submissions"]
+        if s.get("score") is not None
+    }
     assert mirrored == _store_scores(run_dir / "grader")
     assert sorted(mirrored.values()) == sorted(t["score"] for t in succeeded)
 
@@ -77,12 +81,16 @@ def test_short_run_end_to_end(tmp_path: Path, tiny_model_home: Path) -> None:
     client = MlflowClient(tracking_uri=f"sqlite:///{home / 'mlflow.db'}")
     experiment = client.get_experiment_by_name("rlloop/arith")
     assert experiment is not None
-    parents = client.search_runs([experiment.experiment_id], "tags.`rlloop.run_id` = 'e2e-1' and tags.`rlloop.kind` = 'parent'")
+    parents = client.search_runs(
+        [experiment.experiment_id], "tags.`rlloop.run_id` = 'e2e-1' and tags.`rlloop.kind` = 'parent'"
+    )
     assert len(parents) == 1
     parent = parents[0]
     for metric in ("baseline_score", "score", "best_score", "submission_count", "improvement"):
         assert metric in parent.data.metrics, metric
-    children = client.search_runs([experiment.experiment_id], f"tags.`mlflow.parentRunId` = '{parent.info.run_id}'")
+    children = client.search_runs(
+        [experiment.experiment_id], f"tags.`mlflow.parentRunId` = '{parent.info.run_id}'"
+    )
     assert sorted(c.data.tags["rlloop.trial_id"] for c in children) == ["t01", "t02"]
     artifacts = {a.path for a in client.list_artifacts(parent.info.run_id)}
     assert "score_over_submissions.png" in artifacts
@@ -97,7 +105,19 @@ def test_sigterm_mid_trial_then_resume(tmp_path: Path, tiny_model_home: Path) ->
     home = tiny_model_home
     env = {**os.environ, "RLLOOP_HOME": str(home)}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "agent.cli", "run", "--loop-n", "2", "--timeout", "10m", "--run-id", "e2e-int", *FAST],
+        [
+            sys.executable,
+            "-m",
+            "agent.cli",
+            "run",
+            "--loop-n",
+            "2",
+            "--timeout",
+            "10m",
+            "--run-id",
+            "e2e-int",
+            *FAST,
+        ],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

@@ -38,8 +38,8 @@ def test_load_agent_rejects_bad_folders(tmp_path: Path) -> None:
 
 def test_token_relay_adds_the_token_and_refuses_finalize() -> None:
     """A real upstream HTTP server that insists on the token; the relay's callers never send it."""
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
     import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
     seen: list[str] = []
 
@@ -73,8 +73,15 @@ def test_token_relay_adds_the_token_and_refuses_finalize() -> None:
 
 def _config(home: Path, sandbox: str, run_id: str) -> RunConfig:
     return RunConfig(
-        home=home, benchmark="arith", base_model="tiny-arith", sandbox=sandbox, eval_limit=40,
-        timeout=300, run_id=run_id, quiet=True, public_fraction=0.0,
+        home=home,
+        benchmark="arith",
+        base_model="tiny-arith",
+        sandbox=sandbox,
+        eval_limit=40,
+        timeout=300,
+        run_id=run_id,
+        quiet=True,
+        public_fraction=0.0,
     )
 
 
@@ -110,7 +117,9 @@ def test_failing_agent_exit_code_is_its_success_flag(
     monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
     agent = tmp_path / "failing_agent"
     shutil.copytree(FIXTURE, agent)
-    (agent / "config.yaml").write_text('name: failing\nstart: start.sh\nenv_vars:\n  EXAMPLE_EXIT_CODE: "3"\n  EXAMPLE_GREETING: hi\n')
+    (agent / "config.yaml").write_text(
+        'name: failing\nstart: start.sh\nenv_vars:\n  EXAMPLE_EXIT_CODE: "3"\n  EXAMPLE_GREETING: hi\n'
+    )
     summary = run_external(_config(tiny_model_home, "local", "ext-fail"), agent)
     assert summary["agent_exit_code"] == 3 and summary["success"] is False
     assert summary["grader"]["total_submissions"] == 1  # its submission still counts
@@ -118,7 +127,9 @@ def test_failing_agent_exit_code_is_its_success_flag(
 
 @pytest.mark.docker
 @pytest.mark.slow
-def test_external_agent_runs_unchanged_in_docker_with_only_the_grader_reachable(tiny_model_home: Path) -> None:
+def test_external_agent_runs_unchanged_in_docker_with_only_the_grader_reachable(
+    tiny_model_home: Path,
+) -> None:
     from tests.sandbox.docker_support import require_docker
 
     require_docker()

@@ -22,8 +22,19 @@ from agent.status import read_state
 pytestmark = pytest.mark.slow
 
 ARGS = [
-    "--loop-n", "2", "--trial-steps", "25", "--eval-limit", "120", "--public-fraction", "0", "--sandbox", "local",
-    "--timeout", "30m", "--quiet",
+    "--loop-n",
+    "2",
+    "--trial-steps",
+    "25",
+    "--eval-limit",
+    "120",
+    "--public-fraction",
+    "0",
+    "--sandbox",
+    "local",
+    "--timeout",
+    "30m",
+    "--quiet",
 ]
 
 
@@ -34,7 +45,11 @@ def _env(home: Path, **extra: str) -> dict[str, str]:
 
 def _run(home: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "agent.cli", *args], env=_env(home, **env), capture_output=True, text=True, timeout=900
+        [sys.executable, "-m", "agent.cli", *args],
+        env=_env(home, **env),
+        capture_output=True,
+        text=True,
+        timeout=900,
     )
 
 
@@ -119,7 +134,10 @@ def test_kill_9_while_waiting_for_approval(tiny_model_home: Path) -> None:
     proc.wait(timeout=30)
 
     resume = subprocess.Popen(
-        [sys.executable, "-m", "agent.cli", "resume", "gated"], env=_env(home), stdout=subprocess.PIPE, text=True
+        [sys.executable, "-m", "agent.cli", "resume", "gated"],
+        env=_env(home),
+        stdout=subprocess.PIPE,
+        text=True,
     )
     time.sleep(2.0)
     approve = _run(home, "approve", "gated", "--set", "learning_rate=0.0005", "--by", "reviewer-1")

@@ -14,7 +14,9 @@ def test_parent_and_trials_are_idempotent(tmp_path: Path) -> None:
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     tracker = Tracker(uri, tmp_path / "mlartifacts")
     parent = tracker.start_parent("run-1", "arith", {"loop_n": 2})
-    assert tracker.start_parent("run-1", "arith", {"loop_n": 2}) == parent  # resume continues, never duplicates
+    assert (
+        tracker.start_parent("run-1", "arith", {"loop_n": 2}) == parent
+    )  # resume continues, never duplicates
     tracker.log_metrics(parent, {"baseline_score": 0.25}, step=0)
     tracker.log_metrics(parent, {"score": 0.5, "best_score": 0.5, "submission_count": 1}, step=1)
     log = tmp_path / "log.txt"

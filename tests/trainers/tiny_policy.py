@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-from grader.benchmarks import get_benchmark
+from grader.benchmarks import Sample, get_benchmark
 from trainers.tiny import build_char_tokenizer
 
 TRAIN_STEPS = 120
@@ -75,7 +75,7 @@ def _train(seed: int = 0) -> tuple[LlamaForCausalLM, PreTrainedTokenizerFast]:
 
 @functools.cache
 def tiny_policy_root() -> Path:
-    """Folder with `model/` (the checkpoint), `train8.jsonl` (8 prompts) and `train64.jsonl` (64 prompts)."""
+    """Folder with `model/` (the checkpoint), `train8.jsonl` (8 prompts it sometimes solves) and `train64.jsonl`."""
     torch.set_num_threads(1)
     root = Path(tempfile.mkdtemp(prefix="rlloop-tiny-policy-"))
     atexit.register(shutil.rmtree, root, ignore_errors=True)
@@ -89,10 +89,26 @@ def tiny_policy_root() -> Path:
     model.save_pretrained(root / "model", safe_serialization=True)
     tokenizer.save_pretrained(root / "model")
     train = get_benchmark("arith").load("train")
-    for name, count in (("train8.jsonl", 8), ("train64.jsonl", 64)):
-        lines = [json.dumps({"id": s.id, "prompt": s.prompt, "answer": s.answer}) for s in train[:count]]
+    sets = {"train8.jsonl": _sometimes_solved(model, tokenizer, train[:256], 8), "train64.jsonl": train[:64]}
+    for name, samples in sets.items():
+        lines = [json.dumps({"id": s.id, "prompt": s.prompt, "answer": s.answer}) for s in samples]
         (root / name).write_text("\n".join(lines) + "\n")
     return root
+
+
+def _sometimes_solved(
+    model: LlamaForCausalLM, tokenizer: PreTrainedTokenizerFast, candidates: list[Sample], count: int
+) -> list[Sample]:
+    """The `count` prompts the policy solves most often when sampling (but not always): RL has a signal on them."""
+    from trainers.algorithms.onpolicy import benchmark_reward, sample
+
+    torch.manual_seed(0)
+    draws = 16
+    rollout = sample(model, tokenizer, [c.prompt for c in candidates for _ in range(draws)], max_new_tokens=6)
+    rewards = benchmark_reward("arith")(rollout.texts, [c for c in candidates for _ in range(draws)])
+    rates = [sum(rewards[i * draws : (i + 1) * draws]) / draws for i in range(len(candidates))]
+    ranked = sorted(range(len(candidates)), key=lambda i: (rates[i] >= 0.75, -rates[i], i))
+    return [candidates[i] for i in ranked[:count]]
 
 
 def logged_history(output_dir: Path) -> list[dict[str, Any]]:

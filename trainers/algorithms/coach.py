@@ -23,7 +23,7 @@ from trainers.algorithms import onpolicy as op
 from trainers.algorithms.opcd import OPCDConfig, distill
 from trainers.experience import render_context, write_experience
 from trainers.registry import Recipe
-from trainers.result import TrainResult
+from trainers.result import TrainerSetupError, TrainResult
 
 DEFAULT_RUBRIC = (
     "Score 1.0 when the response gives the correct final answer in the required format and nothing else, "
@@ -31,7 +31,7 @@ DEFAULT_RUBRIC = (
 )
 
 
-class CoachUnavailable(RuntimeError):
+class CoachUnavailable(TrainerSetupError):
     """No coach endpoint is configured."""
 
 

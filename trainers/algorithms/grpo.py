@@ -12,7 +12,7 @@ from pydantic import Field, model_validator
 from trainers.config import TrainerConfig
 from trainers.data import prompt_answer_dataset
 from trainers.registry import Recipe
-from trainers.result import TrainResult
+from trainers.result import TrainerSetupError, TrainResult
 from trainers.rewards import reward_functions
 from trainers.runtime import (
     ProgressCallback,
@@ -61,11 +61,13 @@ class GRPORecipeConfig(TrainerConfig):
 def check_vllm_available() -> None:
     """use_vllm needs the vllm package and a CUDA GPU; say so plainly instead of failing deep inside TRL."""
     if importlib.util.find_spec("vllm") is None:
-        raise RuntimeError(
+        raise TrainerSetupError(
             "use_vllm=true needs the vllm package (pip install 'rlloop[gpu]'); or set use_vllm=false"
         )
     if not torch.cuda.is_available():
-        raise RuntimeError("use_vllm=true needs a CUDA GPU and none is visible; set use_vllm=false on CPU")
+        raise TrainerSetupError(
+            "use_vllm=true needs a CUDA GPU and none is visible; set use_vllm=false on CPU"
+        )
 
 
 def run_grpo(config: GRPORecipeConfig) -> TrainResult:

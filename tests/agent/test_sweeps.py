@@ -1,0 +1,169 @@
+"""Sweeps: deterministic run ids, a resumable manifest, the comparison report, and real sweeps (local and Ray)."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from agent.sweeps import manifest as manifests
+from agent.sweeps.report import compare, run_numbers, welch_p, write_report
+from agent.sweeps.spec import SweepSpec
+
+FAST = {"eval_limit": 40, "sandbox": "local", "trial_timeout": 240, "public_fraction": 0.0}
+
+
+def test_run_ids_are_deterministic_unique_and_safe() -> None:
+    spec = SweepSpec(
+        sweep_id="s1",
+        benchmarks="arith,gsm8k",
+        base_models=["tiny-arith", "org/Model-7B"],
+        agents="builtin,llm",
+        seeds=2,
+    )
+    ids = [c.run_id("s1") for c in spec.combinations()]
+    assert len(ids) == 16 and len(set(ids)) == 16
+    assert ids == [c.run_id("s1") for c in spec.combinations()]
+    assert all(len(i) <= 128 and all(ch.isalnum() or ch in "-_." for ch in i) for i in ids)
+    with pytest.raises(ValueError, match="sweep id"):
+        SweepSpec(sweep_id="bad id/..", benchmarks="arith", base_models="tiny-arith")
+
+
+def test_manifest_keeps_finished_runs_and_resumes_the_rest(tmp_path: Path) -> None:
+    spec = SweepSpec(sweep_id="s2", benchmarks="arith", base_models="tiny-arith", seeds=3)
+    manifest = manifests.open_manifest(tmp_path, spec)
+    first, second, third = manifest.entries.values()
+    first.status, second.status = "finished", "running"  # the driver died while `second` ran
+    manifests.save(tmp_path, manifest)
+    assert json.loads(manifests.manifest_path(tmp_path, "s2").read_text())["sweep_id"] == "s2"
+    again = manifests.open_manifest(tmp_path, spec)
+    assert [e.status for e in again.entries.values()] == ["finished", "interrupted", "pending"]
+    assert [e.run_id for e in again.pending()] == [second.run_id, third.run_id]
+
+
+def _fake_finished_run(home: Path, entry: manifests.Entry, improvement: float, copies: int = 0) -> None:
+    run_dir = home / "runs" / entry.run_id
+    run_dir.mkdir(parents=True)
+    grader = {
+        "baseline_score": 0.2,
+        "best_score": 0.2 + improvement,
+        "improvement": improvement,
+        "total_submissions": 2,
+        "time_to_best": 10.0,
+        "valid_submission_rate": 1.0,
+        "copy_model_count": copies,
+    }
+    (run_dir / "summary.json").write_text(json.dumps({"status": "finished", "grader": grader}))
+    entry.status = "finished"
+
+
+def test_report_marks_noise_and_real_differences(tmp_path: Path) -> None:
+    spec = SweepSpec(
+        sweep_id="s3", benchmarks="arith", base_models="tiny-arith", agents="builtin,llm", seeds=3
+    )
+    manifest = manifests.open_manifest(tmp_path, spec)
+    gains = {"builtin": [0.10, 0.12, 0.11], "llm": [0.30, 0.31, 0.29]}
+    for entry in manifest.entries.values():
+        _fake_finished_run(tmp_path, entry, gains[entry.combination.agent][entry.combination.seed])
+    groups = {g.agent: g for g in compare(run_numbers(tmp_path, manifest))}
+    assert groups["llm"].verdict == "best"
+    assert groups["builtin"].verdict.startswith("worse than llm (Welch")
+    assert groups["builtin"].stats["improvement"].mean == pytest.approx(0.11)
+    assert groups["builtin"].stats["improvement"].se == pytest.approx(0.01 / 3**0.5)
+    markdown, md_path, plot = write_report(tmp_path, manifest)
+    assert md_path.read_text() == markdown and "| arith | tiny-arith | llm | 3 |" in markdown
+    assert plot is not None and plot.stat().st_size > 0
+
+
+def test_report_calls_overlapping_results_noise() -> None:
+    assert (welch_p([0.1, 0.3, 0.2], [0.15, 0.25, 0.2]) or 0) > 0.05
+    assert (welch_p([0.1, 0.11, 0.12], [0.5, 0.51, 0.52]) or 1) < 0.05
+    assert welch_p([0.1], [0.2, 0.3]) is None
+
+
+def _spec(sweep_id: str, **extra: object) -> SweepSpec:
+    return SweepSpec(
+        sweep_id=sweep_id,
+        benchmarks="arith",
+        base_models="tiny-arith",
+        agents="builtin",
+        seeds=1,
+        timeout=600,
+        loop_n=1,
+        run_overrides=FAST,
+        **extra,
+    )
+
+
+@pytest.mark.slow
+def test_local_sweep_runs_tags_mlflow_and_is_not_repeated(tiny_model_home: Path) -> None:
+    from mlflow import MlflowClient
+
+    from agent.sweeps.driver import run_sweep
+
+    console = Console(file=io.StringIO())
+    manifest = run_sweep(_spec("sw-local"), tiny_model_home, console=console, refresh_s=0.5)
+    assert manifest.status == "finished", manifest.model_dump_json(indent=1)
+    (entry,) = manifest.entries.values()
+    assert entry.baseline is not None and entry.attempts == 1 and entry.mlflow_parent
+    client = MlflowClient(tracking_uri=f"sqlite:///{tiny_model_home.resolve() / 'mlflow.db'}")
+    assert client.get_run(entry.mlflow_parent).data.tags["rlloop.sweep_id"] == "sw-local"
+    sweep_runs = client.search_runs(
+        [client.get_experiment_by_name("rlloop/sweeps").experiment_id], "tags.`rlloop.sweep_id` = 'sw-local'"
+    )
+    assert len(sweep_runs) == 1
+    mtime = (tiny_model_home / "runs" / entry.run_id / "summary.json").stat().st_mtime
+    again = run_sweep(_spec("sw-local"), tiny_model_home, console=console, refresh_s=0.5)
+    assert again.entries[entry.run_id].attempts == 1  # finished: not queued again
+    assert (tiny_model_home / "runs" / entry.run_id / "summary.json").stat().st_mtime == mtime
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+def test_ray_sweep_survives_a_worker_killed_mid_trial(tiny_model_home: Path) -> None:
+    ray = pytest.importorskip("ray")
+    from agent.status import read_state
+    from agent.sweeps.driver import run_sweep
+    from agent.sweeps.executors import RayExecutor
+
+    ray.init(num_cpus=2, object_store_memory=80 * 1024**2, include_dashboard=False, log_to_driver=False)
+    try:
+        spec = _spec("sw-ray", ray_address="local", concurrency=2)
+        run_id = next(iter(spec.combinations())).run_id("sw-ray")
+        run_dir = tiny_model_home.resolve() / "runs" / run_id
+        killed: list[int] = []
+
+        def kill_worker_mid_trial() -> None:
+            log = run_dir / "workspace" / "trials" / "t01" / "log.txt"
+            deadline = time.monotonic() + 400
+            while time.monotonic() < deadline and not (log.exists() and log.stat().st_size > 0):
+                time.sleep(0.3)
+            research_pid = int((run_dir / "pid").read_text())
+            worker_pid = int(Path(f"/proc/{research_pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            os.kill(worker_pid, signal.SIGKILL)  # the Ray worker running the research loop and its trial
+            killed.append(worker_pid)
+
+        killer = threading.Thread(target=kill_worker_mid_trial, daemon=True)
+        killer.start()
+        console = Console(file=io.StringIO())
+        manifest = run_sweep(
+            spec, tiny_model_home, console=console, executor=RayExecutor(None, max_retries=1), refresh_s=0.5
+        )
+        killer.join(timeout=5)
+        assert killed, "the trial never started"
+        assert manifest.status == "finished", manifest.model_dump_json(indent=1)
+        state = read_state(run_dir)
+        assert state["status"] == "finished"
+        assert [t["trial_id"] for t in state["trials"]] == [
+            "t01"
+        ]  # the interrupted trial was redone, not lost
+        assert "resuming" in (run_dir / "run.log").read_text()
+    finally:
+        ray.shutdown()
