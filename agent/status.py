@@ -57,12 +57,36 @@ def read_state(run_dir: Path) -> dict[str, Any]:
         conn.close()
 
 
+def _float(value: Any) -> float | None:
+    try:
+        return None if value in (None, "") else float(value)
+    except (TypeError, ValueError):
+        return None
+
+
 def run_row(run_dir: Path) -> RunRow | None:
     try:
         config = json.loads((run_dir / "run.json").read_text())
     except (OSError, ValueError):
         return None
     state = read_state(run_dir)
+    summary: dict[str, Any] = {}
+    if (run_dir / "summary.json").exists():
+        try:
+            summary = json.loads((run_dir / "summary.json").read_text())
+        except ValueError:
+            summary = {}
+    if not state and summary:  # runs without a loop checkpoint (external agents) report through their summary
+        return RunRow(
+            run_id=run_dir.name,
+            benchmark=str(config.get("benchmark", summary.get("task", ""))),
+            base_model=str(config.get("base_model", summary.get("base_model", ""))),
+            status=str(summary.get("status", "finished")),
+            baseline=_float(summary.get("baseline")),
+            best=_float(summary.get("best_score")),
+            submissions=int(summary.get("submissions") or 0),
+            trials=0,
+        )
     status = str(state.get("status") or "starting")
     if status == "running" or status == "starting":
         status = "running" if pid_alive(run_dir / "pid") else "stopped (resumable)"

@@ -72,7 +72,10 @@ class DevTools:
     def wait(self, expression: str, timeout: float = 30) -> Any:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            value = self.eval(expression)
+            try:
+                value = self.eval(expression)
+            except RuntimeError:  # the document is still being replaced by the navigation
+                value = None
             if value:
                 return value
             time.sleep(0.1)
