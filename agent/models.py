@@ -19,6 +19,19 @@ def _is_checkpoint(path: Path) -> bool:
     return path.is_dir() and (path / "config.json").is_file()
 
 
+def _readable_by_sandboxes(path: Path) -> Path:
+    """A base model is mounted read-only into containers that run as an unprivileged user: make the folders we own
+    world-readable (temp-dir builds start as 0700)."""
+    if path.stat().st_uid != os.geteuid():
+        return path
+    for item in [path, *path.rglob("*")]:
+        mode = item.stat().st_mode
+        wanted = mode | (0o555 if item.is_dir() else 0o444)
+        if wanted != mode:
+            item.chmod(wanted)
+    return path
+
+
 def resolve_base_model(name: str, home: Path, on_build: Callable[[str], None] | None = None) -> Path:
     """Return a local checkpoint folder for `name`, building built-in models on first use.
 
@@ -34,7 +47,7 @@ def resolve_base_model(name: str, home: Path, on_build: Callable[[str], None] | 
             from trainers.tiny import build_tiny_arith
 
             build_tiny_arith(target)
-        return target.resolve()
+        return _readable_by_sandboxes(target.resolve())
     local = Path(name).expanduser()
     if local.exists():
         if not _is_checkpoint(local):
@@ -45,7 +58,7 @@ def resolve_base_model(name: str, home: Path, on_build: Callable[[str], None] | 
         return local.resolve()
     cached = models_dir / name.replace("/", "--")
     if _is_checkpoint(cached):
-        return cached.resolve()
+        return _readable_by_sandboxes(cached.resolve())
     if "/" in name and not os.environ.get("HF_HUB_OFFLINE"):
         try:
             from huggingface_hub import snapshot_download
@@ -55,7 +68,7 @@ def resolve_base_model(name: str, home: Path, on_build: Callable[[str], None] | 
                 local_dir=cached,
                 allow_patterns=["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja", "tokenizer*"],
             )
-            return cached.resolve()
+            return _readable_by_sandboxes(cached.resolve())
         except Exception as exc:
             raise ModelNotFoundError(
                 f"cannot download {name!r} from the Hugging Face hub ({type(exc).__name__}); check the id and your "

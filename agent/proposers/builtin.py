@@ -108,8 +108,8 @@ class BuiltinProposer:
             batch = int(last.proposal.hyperparameters.get("per_device_train_batch_size", 32))
             recipe = last.proposal.recipe if last.proposal.recipe in DEFAULT_LR else supervised
             return proposal(
-                f"The failure of {last.trial_id} ({last.error or last.status}) came from an aggressive setting; a "
-                "smaller learning rate and batch will train stably.",
+                f"{last.trial_id} did not finish ({(last.error or last.status)[:160]}); the same direction with a "
+                "smaller learning rate and batch trains stably.",
                 "Back off after a failed trial instead of abandoning the direction.",
                 recipe,
                 _lr(last.proposal) * 0.5,

@@ -194,9 +194,10 @@ class DockerSandbox:
 
     # -- pieces --------------------------------------------------------------------------------------------
     def _user_for(self, workspace: Path) -> str:
-        """Run as the workspace's owner; a root-owned workspace is handed to the image's `rlloop` user."""
+        """Run as the workspace's owner, never as root: a workspace the (root) host wrote to is handed to the image's
+        `rlloop` user before every trial, so files the host added since the last trial are the container's too."""
         st = workspace.stat()
-        if st.st_uid != 0:
+        if st.st_uid != 0 and os.geteuid() != 0:
             return f"{st.st_uid}:{st.st_gid}"
         for root, dirs, files in os.walk(workspace):
             for name in [*dirs, *files]:

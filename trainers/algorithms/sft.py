@@ -32,7 +32,11 @@ class SFTRecipeConfig(TrainerConfig):
     learning_rate: float = 1e-3
     max_steps: int = 400
     per_device_train_batch_size: int = 64
-    warmup_ratio: float = Field(default=0.05, ge=0.0, lt=1.0)
+    warmup_steps: int = Field(
+        default=20,
+        ge=0,
+        description="Linear warm-up steps (absolute, so time-boxed trials with a huge max_steps warm up too).",
+    )
     lr_scheduler_type: Literal["linear", "cosine", "constant", "constant_with_warmup"] = (
         "constant_with_warmup"
     )
@@ -56,7 +60,7 @@ def run_sft(config: SFTRecipeConfig) -> TrainResult:
     log(f"sft: {len(dataset)} samples, model {config.model_path}, up to {config.max_steps} steps")
     args = SFTConfig(
         **base_training_args(config, staging),
-        warmup_steps=config.warmup_ratio,
+        warmup_steps=config.warmup_steps,
         lr_scheduler_type=config.lr_scheduler_type,
         weight_decay=config.weight_decay,
         max_length=config.max_length,
