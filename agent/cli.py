@@ -87,6 +87,36 @@ def run(
         float | None, typer.Option(help="Public share of the hidden test set; 0 = off.")
     ] = None,
     eval_limit: Annotated[int | None, typer.Option(help="Grade on the first N hidden samples.")] = None,
+    trial_steps: Annotated[int | None, typer.Option(help="Fixed steps per trial (reproducible).")] = None,
+    trial_cpus: Annotated[float | None, typer.Option(help="CPU limit of one trial (docker).")] = None,
+    recipes: Annotated[str | None, typer.Option(help="Comma list of recipes the proposer may use.")] = None,
+    approval_budget_s: Annotated[
+        str | None, typer.Option(help="`budget` approval threshold, e.g. 10m.")
+    ] = None,
+    min_submit_interval: Annotated[str | None, typer.Option(help="Minimum time between submissions.")] = None,
+    eval_batch_size: Annotated[int | None, typer.Option()] = None,
+    agent_name: Annotated[str | None, typer.Option(help="Agent name in results.csv.")] = None,
+    llm_max_usd: Annotated[
+        float | None, typer.Option(help="Stop when the driver LLM has cost this much.")
+    ] = None,
+    llm_max_tokens: Annotated[
+        int | None, typer.Option(help="Stop after this many driver LLM tokens.")
+    ] = None,
+    max_compute_s: Annotated[
+        float | None, typer.Option(help="Stop after this many trial compute seconds.")
+    ] = None,
+    llm_price_file: Annotated[
+        Path | None, typer.Option(help="YAML/JSON price table, USD per 1M tokens.")
+    ] = None,
+    llm_max_repair_attempts: Annotated[
+        int | None, typer.Option(help="Re-asks for bad output or code.")
+    ] = None,
+    smoke_timeout: Annotated[
+        str | None, typer.Option(help="Limit of the smoke run of proposed code.")
+    ] = None,
+    mlflow_tracking_uri: Annotated[
+        str | None, typer.Option(help="Default: sqlite:///<home>/mlflow.db.")
+    ] = None,
     run_id: Annotated[str | None, typer.Option()] = None,
     home: Annotated[Path | None, typer.Option(help="RLLOOP_HOME (default ./.rlloop).")] = None,
     config: Annotated[
@@ -318,33 +348,39 @@ def grade_serve(
     raise typer.Exit(subprocess.call([sys.executable, "-m", "grader", "serve", "--config", str(config_path)]))
 
 
-def _mount_optional(module: str, name: str, help_text: str) -> None:
-    try:
-        sub = __import__(module, fromlist=["app"]).app
-    except (ImportError, AttributeError):
-        return
-    app.add_typer(sub, name=name, help=help_text)
+def _mount_subcommands() -> None:
+    """Commands whose code lives with the part they drive (sandbox, trainers, service, sweeps)."""
+    from agent.service.cli import serve_command
+    from agent.sweeps.cli import bench, report
+    from sandbox.cli import app as sandbox_app
+    from trainers.plan_cli import check_inputs_command, plan_command
+
+    app.add_typer(sandbox_app, name="sandbox", help="Build, check and clean the trial sandboxes.")
+    app.command("plan", help="Plan verl jobs for runs too large for one machine (prints; starts nothing).")(
+        plan_command
+    )
+    app.command("check-inputs", help="Validate what a plan depends on, without loading any model.")(
+        check_inputs_command
+    )
+    app.command("serve", help="The run service: start, list, cancel and resume runs; approve on a web page.")(
+        serve_command
+    )
+    app.command("bench", help="Run every benchmark x base model x agent x seed combination (resumable).")(
+        bench
+    )
+    app.command("report", help="Compare a sweep's runs: mean and standard error over seeds, noise marked.")(
+        report
+    )
 
 
-_mount_optional("sandbox.cli", "sandbox", "Build, check and clean the trial sandboxes.")
-_plan_cli = __import__("trainers.plan_cli", fromlist=["plan_command", "check_inputs_command"])
-app.command("plan", help="Plan verl jobs for runs too large for one machine (prints; starts nothing).")(
-    _plan_cli.plan_command
-)
-app.command("check-inputs", help="Validate what a plan depends on, without loading any model.")(
-    _plan_cli.check_inputs_command
-)
-app.command(
-    "serve", help="The run service: start, list, cancel and resume runs; approve proposals on a web page."
-)(__import__("agent.service.cli", fromlist=["serve_command"]).serve_command)
+_mount_subcommands()
 
 
 def main() -> None:
     import logging
 
-    logging.getLogger("grader.benchmarks.registry").setLevel(
-        logging.ERROR
-    )  # `benchmarks` reports problems itself
+    # `rlloop benchmarks` reports broken definitions itself
+    logging.getLogger("grader.benchmarks.registry").setLevel(logging.ERROR)
     app()
 
 

@@ -147,7 +147,7 @@ def plot_scores(path: Path, scores: list[float], baseline: float | None, title: 
     ax.set_ylabel("score")
     ax.set_xticks(steps)
     ax.set_title(title)
-    ax.legend(loc="lower right")
+    ax.legend(loc="best")
     ax.grid(alpha=0.3)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)

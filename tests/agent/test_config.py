@@ -41,3 +41,12 @@ def test_config_file(tmp_path: Path) -> None:
     (tmp_path / "bad.yaml").write_text("- a list\n")
     with pytest.raises(ValueError, match="mapping"):
         load_config_file(tmp_path / "bad.yaml")
+
+
+def test_every_config_field_is_a_cli_flag_of_the_same_name() -> None:
+    import inspect
+
+    from agent.cli import run
+
+    flags = set(inspect.signature(run).parameters)
+    assert set(RunConfig.model_fields) <= flags, set(RunConfig.model_fields) - flags

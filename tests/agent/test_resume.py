@@ -127,9 +127,9 @@ def test_kill_9_while_waiting_for_approval(tiny_model_home: Path) -> None:
     )
     pending = home / "runs" / "gated" / "approvals" / "t01.pending.json"
     deadline = time.monotonic() + 300
-    while not pending.exists() and time.monotonic() < deadline:
+    while not pending.exists() and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.3)
-    assert pending.exists(), "the proposal never reached the approval gate"
+    assert pending.exists(), f"the proposal never reached the approval gate (exit code {proc.poll()})"
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=30)
 
