@@ -23,7 +23,17 @@ from agent.status import collect_runs, read_state
 
 pytestmark = pytest.mark.slow
 
-FAST = ["--eval-limit", "200", "--trial-timeout", "5m", "--sandbox", "local", "--quiet"]
+FAST = [
+    "--eval-limit",
+    "200",
+    "--trial-steps",
+    "60",
+    "--trial-timeout",
+    "5m",
+    "--sandbox",
+    "local",
+    "--quiet",
+]
 
 
 def rlloop(home: Path, *args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
@@ -36,7 +46,10 @@ def rlloop(home: Path, *args: str, timeout: float = 900) -> subprocess.Completed
 def _store_scores(grader_dir: Path) -> dict[int, float]:
     conn = sqlite3.connect(grader_dir / "store.db")
     try:
-        rows = conn.execute("SELECT id, score FROM submissions WHERE score IS NOT NULL").fetchall()
+        # what /submit reported: the public part's score (the run splits the hidden set into public and private)
+        rows = conn.execute(
+            "SELECT id, public_score FROM submissions WHERE public_score IS NOT NULL AND duplicate_of IS NULL"
+        ).fetchall()
     finally:
         conn.close()
     return {int(i): float(s) for i, s in rows}
@@ -132,7 +145,7 @@ def test_sigterm_mid_trial_then_resume(tmp_path: Path, tiny_model_home: Path) ->
     proc.send_signal(signal.SIGTERM)
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode == 130, out
-    assert "rlloop resume e2e-int" in out
+    assert "resume with: rlloop resume e2e-int" in (home / "runs" / "e2e-int" / "run.log").read_text()
 
     # no orphan: nothing still runs from this run's trial folder
     time.sleep(1.0)
