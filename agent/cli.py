@@ -63,6 +63,9 @@ def _execute(config: RunConfig, resume_run_id: str | None = None) -> None:
         return
     if summary.get("status") == "interrupted":
         raise typer.Exit(130)
+    if summary.get("status") == "failed":
+        err.print(f"[red]error:[/red] the run ended early: {summary.get('stop_reason')}")
+        raise typer.Exit(1)
 
 
 @app.command()

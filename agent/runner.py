@@ -514,8 +514,14 @@ class Research:
 
     def finish(self, state: LoopState) -> dict[str, Any]:
         reason = self.stop_reason(state) or "done"
-        status = "terminated" if state.get("status") == "terminated" else "finished"
-        final = self.finalize(state, success=True, status=status, reason=reason)
+        status = (
+            "terminated"
+            if state.get("status") == "terminated"
+            else "failed"
+            if state.get("halt")
+            else "finished"
+        )
+        final = self.finalize(state, success=status != "failed", status=status, reason=reason)
         return {"status": status, "stop_reason": reason, "final": final, "used_s": self._spend(state)}
 
     # ---- the end of a run ---------------------------------------------------------------------------------------
@@ -523,7 +529,7 @@ class Research:
         """Read final results from the grader (never from workspace files), write results.csv, plot, MLflow."""
         final: dict[str, Any] = {}
         try:
-            if success:  # ends the grader's run: private scores revealed, no more submissions
+            if status != "interrupted":  # ends the grader's run: private scores revealed, no more submissions
                 final = self.grader.finalize()
             elif (
                 self._grader is not None
