@@ -21,9 +21,13 @@ from agent.status import read_state
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--loop-n", type=int, default=3)
-    parser.add_argument("--home", type=Path, default=None, help="RLLOOP_HOME (default: a temp dir; tiny-arith is built)")
+    parser.add_argument(
+        "--home", type=Path, default=None, help="RLLOOP_HOME (default: a temp dir; tiny-arith is built)"
+    )
     parser.add_argument("--sandbox", default="local")
     args = parser.parse_args()
     home = args.home or Path(tempfile.mkdtemp(prefix="rlloop-bench-"))
@@ -42,10 +46,14 @@ def main() -> None:
     trainer_reported = sum(float(t.get("train_metrics", {}).get("train_seconds", 0.0)) for t in trials)
     grading = sum(float((t.get("grading") or {}).get("wall_s", 0.0)) for t in trials)
     baseline = float((state.get("timings") or {}).get("grader_start_s", 0.0))
-    rest = wall - training - grading - baseline  # includes finalisation (private-split scoring) and bookkeeping
+    rest = (
+        wall - training - grading - baseline
+    )  # includes finalisation (private-split scoring) and bookkeeping
     print(f"trials                      {len(trials)}")
     print(f"run wall time               {wall:8.1f} s")
-    print(f"  training (trial procs)    {training:8.1f} s  ({training / wall:6.1%})  of which trainer-reported {trainer_reported:.1f} s")
+    print(
+        f"  training (trial procs)    {training:8.1f} s  ({training / wall:6.1%})  of which trainer-reported {trainer_reported:.1f} s"
+    )
     print(f"  evaluation (baseline)     {baseline:8.1f} s  ({baseline / wall:6.1%})")
     print(f"  evaluation (submissions)  {grading:8.1f} s  ({grading / wall:6.1%})")
     print(f"  loop overhead (the rest)  {rest:8.1f} s  ({rest / wall:6.1%})  target < 10%")

@@ -19,7 +19,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__, pret
 
 @app.command("plan")
 def plan_command(
-    family: Annotated[str, typer.Argument(help=f"One of: {', '.join(STAGES)}.")],
+    family: Annotated[str, typer.Option("--family", help=f"One of: {', '.join(STAGES)}.")],
     stage: Annotated[str, typer.Option(help="'all' or one stage of the family.")] = "all",
     model: Annotated[
         str, typer.Option(help="Model path (use <MODEL_ROOT>/...) or hub id.")

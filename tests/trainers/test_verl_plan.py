@@ -68,12 +68,12 @@ def test_single_stage_and_bad_shapes() -> None:
 
 def test_plan_cli() -> None:
     runner = CliRunner()
-    out = runner.invoke(app, ["plan", "oel", "--nodes", "2", "--json"])
+    out = runner.invoke(app, ["plan", "--family", "oel", "--nodes", "2", "--json"])
     assert out.exit_code == 0, out.output
     data = json.loads(out.output)
     assert data["family"] == "oel" and [s["name"] for s in data["stages"]] == STAGES["oel"]
     assert "<CKPT_ROOT>" in data["placeholders"]
-    text = runner.invoke(app, ["plan", "grpo"])
+    text = runner.invoke(app, ["plan", "--family", "grpo"])
     assert text.exit_code == 0 and "python -m verl.trainer.main_ppo" in text.output
-    bad = runner.invoke(app, ["plan", "nope"])
+    bad = runner.invoke(app, ["plan", "--family", "nope"])
     assert bad.exit_code == 2 and "unknown family" in bad.output
