@@ -14,6 +14,7 @@ import random
 import shutil
 import time
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -266,3 +267,36 @@ def finish_run(
         f"reward {result.reward_mean}; checkpoint in {output_dir}"
     )
     return result
+
+
+@dataclass
+class TrainedRun:
+    """A TRL trainer after `train()`, with what `finish_run` needs from it."""
+
+    trainer: Any
+    train_loss: float | None
+    time_budget: TimeBudgetCallback
+    train_seconds: float
+
+    def finish(self, recipe: str, config: TrainerConfig, tokenizer: PreTrainedTokenizerBase) -> TrainResult:
+        return finish_run(
+            recipe=recipe,
+            config=config,
+            trainer=self.trainer,
+            train_loss=self.train_loss,
+            time_budget=self.time_budget,
+            train_seconds=self.train_seconds,
+            tokenizer=tokenizer,
+        )
+
+
+def train_trl(trainer_class: Any, config: TrainerConfig, **trainer_kwargs: Any) -> TrainedRun:
+    """Build a TRL trainer with the run's time budget, progress lines and PEFT config, and train it."""
+    time_budget = TimeBudgetCallback(config.max_seconds)
+    trainer = trainer_class(
+        peft_config=peft_config(config), callbacks=[time_budget, ProgressCallback()], **trainer_kwargs
+    )
+    without_printer(trainer)
+    started = time.monotonic()
+    output = trainer.train()
+    return TrainedRun(trainer, output.training_loss, time_budget, time.monotonic() - started)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import time
 from pathlib import Path
 from typing import Literal
 
@@ -142,31 +141,19 @@ def run(config: DPOConfig) -> TrainResult:
         loss_type=[config.loss_type],
         max_length=config.max_length,
     )
-    time_budget = runtime.TimeBudgetCallback(config.max_seconds)
-    trainer = DPOTrainer(
+    run = runtime.train_trl(
+        DPOTrainer,
+        config,
         model=model,
         args=args,
         train_dataset=Dataset.from_list(rows),
         processing_class=tokenizer,
-        peft_config=runtime.peft_config(config),
-        callbacks=[time_budget, runtime.ProgressCallback()],
     )
-    runtime.without_printer(trainer)
-    started = time.monotonic()
-    output = trainer.train()
-    train_seconds = time.monotonic() - started
-    trained, _ = runtime.plain_model(trainer.model)
+    trained, _ = runtime.plain_model(run.trainer.model)
     eval_after = op.evaluate(trained, tokenizer, eval_cfg)
-    trainer.model = trained
-    result = runtime.finish_run(
-        recipe="dpo",
-        config=config,
-        trainer=trainer,
-        train_loss=output.training_loss,
-        time_budget=time_budget,
-        train_seconds=train_seconds,
-        tokenizer=tokenizer,
-    )
+    run.trainer.model = trained
+    result = run.finish("dpo", config, tokenizer)
+    trainer = run.trainer
     margins = [float(e["rewards/margins"]) for e in trainer.state.log_history if "rewards/margins" in e]
     extra = {
         "pairs": float(len(rows)),

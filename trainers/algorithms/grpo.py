@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib.util
-import time
 from typing import Literal
 
 import torch
@@ -15,16 +14,12 @@ from trainers.registry import Recipe
 from trainers.result import TrainerSetupError, TrainResult
 from trainers.rewards import reward_functions
 from trainers.runtime import (
-    ProgressCallback,
-    TimeBudgetCallback,
     base_training_args,
-    finish_run,
     load_model_and_tokenizer,
     log,
-    peft_config,
     prepare_output_dir,
     seed_everything,
-    without_printer,
+    train_trl,
 )
 
 RewardKind = Literal["correct", "format"]
@@ -96,29 +91,16 @@ def run_grpo(config: GRPORecipeConfig) -> TrainResult:
         num_iterations=config.num_iterations,
         use_vllm=config.use_vllm,
     )
-    time_budget = TimeBudgetCallback(config.max_seconds)
-    trainer = GRPOTrainer(
+    run = train_trl(
+        GRPOTrainer,
+        config,
         model=model,
-        reward_funcs=list(rewards),  # type: ignore[arg-type]  # ours return list[float], TRL allows None too
+        reward_funcs=list(rewards),
         args=args,
         train_dataset=dataset,
         processing_class=tokenizer,
-        peft_config=peft_config(config),
-        callbacks=[time_budget, ProgressCallback()],
     )
-    without_printer(trainer)
-    started = time.monotonic()
-    output = trainer.train()
-    train_seconds = time.monotonic() - started
-    return finish_run(
-        recipe="grpo",
-        config=config,
-        trainer=trainer,
-        train_loss=output.training_loss,
-        time_budget=time_budget,
-        train_seconds=train_seconds,
-        tokenizer=tokenizer,
-    )
+    return run.finish("grpo", config, tokenizer)
 
 
 RECIPE = Recipe(

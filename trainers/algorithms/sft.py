@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from typing import Literal
 
 import torch
@@ -13,16 +12,12 @@ from trainers.data import prompt_completion_dataset
 from trainers.registry import Recipe
 from trainers.result import TrainResult
 from trainers.runtime import (
-    ProgressCallback,
-    TimeBudgetCallback,
     base_training_args,
-    finish_run,
     load_model_and_tokenizer,
     log,
-    peft_config,
     prepare_output_dir,
     seed_everything,
-    without_printer,
+    train_trl,
 )
 
 
@@ -68,28 +63,10 @@ def run_sft(config: SFTRecipeConfig) -> TrainResult:
         packing=False,
         dataset_num_proc=None,
     )
-    time_budget = TimeBudgetCallback(config.max_seconds)
-    trainer = SFTTrainer(
-        model=model,
-        args=args,
-        train_dataset=dataset,
-        processing_class=tokenizer,
-        peft_config=peft_config(config),
-        callbacks=[time_budget, ProgressCallback()],
+    run = train_trl(
+        SFTTrainer, config, model=model, args=args, train_dataset=dataset, processing_class=tokenizer
     )
-    without_printer(trainer)
-    started = time.monotonic()
-    output = trainer.train()
-    train_seconds = time.monotonic() - started
-    return finish_run(
-        recipe="sft",
-        config=config,
-        trainer=trainer,
-        train_loss=output.training_loss,
-        time_budget=time_budget,
-        train_seconds=train_seconds,
-        tokenizer=tokenizer,
-    )
+    return run.finish("sft", config, tokenizer)
 
 
 RECIPE = Recipe(
