@@ -19,7 +19,7 @@ from typing import Any, Protocol
 import torch
 from pydantic import BaseModel, Field
 
-from grader.benchmarks.base import Benchmark, PromptFormatting, Sample
+from grader.benchmarks.base import Benchmark, MultiTurnBenchmark, PromptFormatting, Sample
 from grader.config import EvalConfig
 from grader.stats import bootstrap_ci
 
@@ -38,6 +38,7 @@ class EvalResult(BaseModel):
     engine: str
     sample_ids: list[str] = Field(default_factory=list)
     scores: list[float] = Field(default_factory=list)
+    turns: list[int] = Field(default_factory=list)  # multi-turn games only: replies per game
 
     @property
     def samples_per_second(self) -> float:
@@ -235,20 +236,59 @@ def select_samples(samples: Sequence[Sample], config: EvalConfig) -> list[Sample
     return chosen
 
 
+def play_games(
+    engine: GenerationEngine, samples: Sequence[Sample], benchmark: MultiTurnBenchmark, config: EvalConfig
+) -> tuple[list[float], list[int]]:
+    """Play every sample's game to the end; each turn is ONE batched generate call over the games still running.
+
+    Returns (1.0 per won game else 0.0, replies per game), in sample order.
+    """
+    if config.few_shot:
+        raise ValueError(
+            f"{benchmark.name} is a multi-turn game: few-shot prompting is not supported; use few_shot=0"
+        )
+    if config.prompt_format not in benchmark.prompt_formats:
+        raise ValueError(
+            f"benchmark {benchmark.name!r} has no prompt format {config.prompt_format!r}; "
+            f"choose one of {list(benchmark.prompt_formats)}"
+        )
+    games = [benchmark.start_game(sample) for sample in samples]
+    max_new = config.max_new_tokens or benchmark.max_new_tokens
+    stop = list(benchmark.stop)
+    for _ in range(benchmark.max_turns):
+        playing = [game for game in games if not game.done]
+        if not playing:
+            break
+        prompts = [game.prompt(config.prompt_format) for game in playing]
+        replies = engine.generate(prompts, max_new_tokens=max_new, stop=stop, config=config)
+        for game, reply in zip(playing, replies, strict=True):
+            game.step(cut_at_stop(reply, stop))
+    return [1.0 if game.success() else 0.0 for game in games], [game.turns for game in games]
+
+
 def run_evaluation(
     engine: GenerationEngine, samples: Sequence[Sample], benchmark: Benchmark, config: EvalConfig
 ) -> EvalResult:
-    """Generate with `engine`, cut at stop strings, score each sample, and summarise with a bootstrap CI."""
+    """Generate with `engine`, cut at stop strings, score each sample, and summarise with a bootstrap CI.
+
+    Multi-turn benchmarks are played instead (`play_games`): the score is the success rate over their games.
+    """
     chosen = select_samples(samples, config)
-    prompts = build_prompts(benchmark, chosen, config)
-    max_new = config.max_new_tokens or benchmark.max_new_tokens
     torch.manual_seed(config.seed)
     start = time.perf_counter()
-    completions = engine.generate(prompts, max_new_tokens=max_new, stop=list(benchmark.stop), config=config)
-    scores = [
-        float(benchmark.score(cut_at_stop(text, benchmark.stop), sample))
-        for text, sample in zip(completions, chosen, strict=True)
-    ]
+    turns: list[int] = []
+    if isinstance(benchmark, MultiTurnBenchmark):
+        scores, turns = play_games(engine, chosen, benchmark, config)
+    else:
+        prompts = build_prompts(benchmark, chosen, config)
+        max_new = config.max_new_tokens or benchmark.max_new_tokens
+        completions = engine.generate(
+            prompts, max_new_tokens=max_new, stop=list(benchmark.stop), config=config
+        )
+        scores = [
+            float(benchmark.score(cut_at_stop(text, benchmark.stop), sample))
+            for text, sample in zip(completions, chosen, strict=True)
+        ]
     seconds = time.perf_counter() - start
     low, high = bootstrap_ci(scores, resamples=config.bootstrap_resamples, seed=config.seed)
     return EvalResult(
@@ -261,6 +301,7 @@ def run_evaluation(
         engine=engine.name,
         sample_ids=[s.id for s in chosen],
         scores=scores,
+        turns=turns,
     )
 
 

@@ -1,8 +1,8 @@
-"""Benchmarks: the `Benchmark` protocol, built-ins (arith, gsm8k, countdown) and the registry that finds more."""
+"""Benchmarks: the `Benchmark` protocol, built-ins (arith, gsm8k, countdown, frozenlake, sokoban) and the registry that finds more."""
 
 from __future__ import annotations
 
-from grader.benchmarks.base import Benchmark, PromptFormatting, Sample, Split
+from grader.benchmarks.base import Benchmark, Game, MultiTurnBenchmark, PromptFormatting, Sample, Split
 from grader.benchmarks.registry import (
     BenchmarkInfo,
     UnknownBenchmarkError,
@@ -15,6 +15,8 @@ from grader.benchmarks.registry import (
 __all__ = [
     "Benchmark",
     "BenchmarkInfo",
+    "Game",
+    "MultiTurnBenchmark",
     "PromptFormatting",
     "Sample",
     "Split",

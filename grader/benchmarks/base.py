@@ -51,3 +51,35 @@ class PromptFormatting(Protocol):
     def format_prompt(self, sample: Sample, prompt_format: str, exemplars: list[Sample]) -> str:
         """The text the model sees for `sample`; `exemplars` come from the train split."""
         ...
+
+
+class Game(Protocol):
+    """One game in play: the grader asks it for the model's next prompt and hands back the model's reply."""
+
+    done: bool  # won, lost, or out of turns
+    turns: int  # replies taken so far (an invalid reply is a turn too)
+
+    def prompt(self, prompt_format: str) -> str:
+        """What the model sees before its next move."""
+        ...
+
+    def step(self, reply: str) -> None:
+        """Play the model's reply (its text, already cut at the benchmark's stop strings)."""
+        ...
+
+    def success(self) -> bool:
+        """Whether the game was won."""
+        ...
+
+
+@runtime_checkable
+class MultiTurnBenchmark(Benchmark, Protocol):
+    """A benchmark whose *test* samples are games: the model plays up to `max_turns` turns per game and the score
+    is the success rate. Its train/valid samples may be single turns (e.g. an expert's moves) to train on."""
+
+    max_turns: int
+    prompt_formats: list[str]
+
+    def start_game(self, sample: Sample) -> Game:
+        """A fresh game for a test sample, in the same state every time."""
+        ...

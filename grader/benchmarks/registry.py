@@ -32,7 +32,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from grader.benchmarks.arith import ArithBenchmark
 from grader.benchmarks.base import Benchmark, Sample, Split
 from grader.benchmarks.countdown import CountdownBenchmark
+from grader.benchmarks.frozenlake import FrozenLakeBenchmark
 from grader.benchmarks.gsm8k import GSM8KBenchmark
+from grader.benchmarks.sokoban import SokobanBenchmark
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +44,8 @@ BUILTINS: dict[str, Callable[[], Benchmark]] = {
     "arith": ArithBenchmark,
     "gsm8k": GSM8KBenchmark,
     "countdown": CountdownBenchmark,
+    "frozenlake": FrozenLakeBenchmark,
+    "sokoban": SokobanBenchmark,
 }
 
 Source = Literal["builtin", "entry point", "path"]
