@@ -37,6 +37,7 @@ from grader.config import GraderConfig
 from grader.evaluation import EvalResult, evaluate, evaluate_model, select_samples, vllm_available
 from grader.stats import ScoreSummary, summarize
 from grader.store import Baseline, Store, Submission, write_json_atomically
+from sandbox.devices import gpu_lease, visible_gpu_ids
 
 log = logging.getLogger("grader")
 
@@ -171,6 +172,14 @@ class GraderService:
     def _evaluate(self, model: Any) -> EvalResult:
         """Score a loaded (already validated, adapter-merged) model; vLLM gets a clean re-saved copy of it."""
         assert self.benchmark is not None and self.base_ref is not None
+        if not torch.cuda.is_available():
+            return self._evaluate_on_device(model)
+        # One user of a GPU at a time: a trial training on this device finishes first (and waits for us in turn).
+        with gpu_lease(visible_gpu_ids(1), holder=f"the grader of run {self.config.run_id}"):
+            return self._evaluate_on_device(model)
+
+    def _evaluate_on_device(self, model: Any) -> EvalResult:
+        assert self.benchmark is not None
         if self.config.eval.engine != "hf" and vllm_available():
             with tempfile.TemporaryDirectory(prefix="vllm-", dir=self.private_dir) as tmp:
                 model.save_pretrained(tmp, safe_serialization=True)

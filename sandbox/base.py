@@ -36,6 +36,13 @@ class SandboxRequest(BaseModel):
     grader_url: str | None = None
     labels: dict[str, str] = Field(default_factory=dict)  # e.g. rlloop.run, rlloop.trial
 
+    def describe(self) -> str:
+        """Who is running, for people: "trial t03 of run R" (from the labels), else the command's program."""
+        trial, run = self.labels.get("rlloop.trial"), self.labels.get("rlloop.run")
+        if trial:
+            return f"trial {trial}" + (f" of run {run}" if run else "")
+        return f"sandbox command {Path(self.command[0]).name if self.command else '?'}"
+
 
 class SandboxResult(BaseModel):
     """How a command ended. `exit_code` is None when it was killed before it could exit by itself."""

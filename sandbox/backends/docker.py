@@ -20,6 +20,7 @@ from typing import Any
 
 from sandbox import reaper
 from sandbox.base import SandboxRequest, SandboxResult
+from sandbox.devices import gpu_lease
 from sandbox.dockerlib import docker_sdk
 from sandbox.grader_net import GraderNetwork, remove_leftovers
 from sandbox.images import TRAINER_IMAGE
@@ -79,6 +80,12 @@ class DockerSandbox:
     # -- one run -------------------------------------------------------------------------------------------
     def run(self, request: SandboxRequest) -> SandboxResult:
         _check(request)
+        with gpu_lease(
+            request.gpus, holder=request.describe()
+        ):  # never two users of one GPU (see devices.py)
+            return self._run(request)
+
+    def _run(self, request: SandboxRequest) -> SandboxResult:
         docker = docker_sdk()
 
         try:

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from sandbox import reaper
 from sandbox.base import SandboxRequest, SandboxResult
+from sandbox.devices import gpu_lease
 from sandbox.jail import Jail
 from sandbox.logstream import CappedLog, pump
 from sandbox.output_watch import OutputWatch
@@ -79,6 +80,12 @@ class LocalSandbox:
 
     def run(self, request: SandboxRequest) -> SandboxResult:
         _check(request)
+        with gpu_lease(
+            request.gpus, holder=request.describe()
+        ):  # never two users of one GPU (see devices.py)
+            return self._run(request)
+
+    def _run(self, request: SandboxRequest) -> SandboxResult:
         jail = Jail(self.use_cgroup, request.memory_mb, request.max_processes, request.cpus)
         memory_by_rlimit = not jail.uses_cgroup and not request.gpus  # RLIMIT_AS breaks CUDA's address space
         log = CappedLog(request.log_path, request.max_log_bytes)
