@@ -674,7 +674,8 @@ def execute(
                     f"building the built-in model {n} (first use, about a minute)"
                 ),
             )
-            prepare_workspace(paths, benchmark)
+            with reporter.watching(f"writing the {config.benchmark} train/valid splits into the workspace"):
+                prepare_workspace(paths, benchmark)  # generated games take a minute the first time
             budget = make_budget(config)
             proposer = make_proposer(config, budget)
             sandbox = make_sandbox(config, reporter)

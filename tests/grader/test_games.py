@@ -16,14 +16,13 @@ import pytest
 from grader.benchmarks import MultiTurnBenchmark, describe_benchmarks, get_benchmark
 from grader.benchmarks.base import Sample
 from grader.benchmarks.frozenlake import FrozenLakeBenchmark
-from grader.benchmarks.sokoban import SokobanBenchmark, solve_room
+from grader.benchmarks.sokoban import SokobanBenchmark, rows_from_board, solve_room
 from grader.benchmarks.textgames import TextArenaGameBenchmark, parse_move
 from grader.config import EvalConfig
 from grader.evaluation import evaluate, run_evaluation
 from tests.grader.conftest import GraderProcess
 
 SMALL = {"test": 12, "valid": 4, "train": 8}
-_SOKOBAN_CODES = {"#": "0", "_": "1", "O": "2", "*": "3", "X": "4", "P": "5", "+": "5"}
 
 
 @pytest.fixture(autouse=True)
@@ -54,9 +53,9 @@ class ExpertPolicy:
         rows = TextArenaGameBenchmark.board_rows(prompt)
         if isinstance(self.benchmark, FrozenLakeBenchmark):
             return self.benchmark.optimal_from_prompt(prompt)[0]
-        fixed = ["".join("2" if ch in "O*+" else "0" if ch == "#" else "1" for ch in row) for row in rows]
-        state = ["".join(_SOKOBAN_CODES[ch] for ch in row) for row in rows]
-        plan = solve_room(fixed, state)
+        parsed = rows_from_board(rows)
+        assert parsed, f"no board in\n{prompt}"
+        plan = solve_room(*parsed)
         assert plan, f"the expert found no solution for\n{prompt}"
         return plan[0]
 
@@ -130,13 +129,24 @@ def test_a_reply_scores_when_its_move_is_optimal(frozenlake: FrozenLakeBenchmark
     assert frozenlake.score(f"[{wrong}]", two_way) == 0.0
     assert frozenlake.score("down", two_way) == 0.0  # textarena needs the brackets
     assert parse_move("[ S ]") == "down" and parse_move("[w] then [d]") == "up"
-    # trainers see only id/prompt/answer: the board in the prompt gives the same optimal moves as the meta
+
+
+@pytest.mark.parametrize("which", ["frozenlake", "sokoban"])
+def test_trainers_score_from_the_prompt_alone(
+    which: str, frozenlake: FrozenLakeBenchmark, sokoban: SokobanBenchmark
+) -> None:
+    """Trainers see only id/prompt/answer: the board in the prompt gives the same optimal moves as the meta."""
+    bench: TextArenaGameBenchmark = frozenlake if which == "frozenlake" else sokoban
+    turns = bench.load("train")
+    assert any("," in str(s.meta["optimal"]) for s in turns)  # positions with more than one best move exist
     for sample in turns:
         bare = Sample(id=sample.id, prompt=sample.prompt, answer=sample.answer)
-        assert sorted(frozenlake.optimal_from_prompt(bare.prompt)) == sorted(
-            str(sample.meta["optimal"]).split(",")
-        )
-        assert frozenlake.score(sample.answer, bare) == 1.0
+        optimal = sorted(str(sample.meta["optimal"]).split(","))
+        assert sample.answer.strip("[]") in optimal
+        assert sorted(bench.optimal_from_prompt(bare.prompt)) == optimal
+        assert bench.score(sample.answer, bare) == 1.0
+        for move in {"up", "down", "left", "right"} - set(optimal):
+            assert bench.score(f"[{move}]", bare) == 0.0
 
 
 @pytest.mark.parametrize("which", ["frozenlake", "sokoban"])
