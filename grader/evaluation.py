@@ -253,8 +253,8 @@ def play_games(
             f"choose one of {list(benchmark.prompt_formats)}"
         )
     games = [benchmark.start_game(sample) for sample in samples]
-    max_new = config.max_new_tokens or benchmark.max_new_tokens
-    stop = list(benchmark.stop)
+    budget, stop = benchmark.turn_budget(config.prompt_format)
+    max_new = config.max_new_tokens or budget
     for _ in range(benchmark.max_turns):
         playing = [game for game in games if not game.done]
         if not playing:

@@ -80,6 +80,11 @@ class MultiTurnBenchmark(Benchmark, Protocol):
     max_turns: int
     prompt_formats: list[str]
 
+    def turn_budget(self, prompt_format: str) -> tuple[int, list[str]]:
+        """(max new tokens, stop strings) of one reply in `prompt_format`: a compact board wants one short line,
+        a transcript for a large model room to reason before it moves."""
+        ...
+
     def start_game(self, sample: Sample) -> Game:
         """A fresh game for a test sample, in the same state every time."""
         ...

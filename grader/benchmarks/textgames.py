@@ -128,9 +128,12 @@ class TextArenaGameBenchmark(ABC):
     header: str  # first line of the compact prompt
     split_sizes: dict[str, int]  # games per split
     generator_version: ClassVar[int] = 1  # bump when layouts or expert turns change: it keys the disk cache
-    max_new_tokens = 8
+    max_new_tokens = 8  # the "default" format's reply: one bracketed move on one line
     stop = ["\n"]
     prompt_formats = ["default", "textarena"]
+    transcript_max_new_tokens = (
+        1024  # the "textarena" format: reason, then move (textarena reads the first move)
+    )
     max_turns: int
 
     # --- what a game must provide -------------------------------------------------------------------------------
@@ -159,6 +162,11 @@ class TextArenaGameBenchmark(ABC):
         return [expert_move]
 
     # --- the Benchmark protocol -----------------------------------------------------------------------------------
+    def turn_budget(self, prompt_format: str) -> tuple[int, list[str]]:
+        if prompt_format == "textarena":
+            return self.transcript_max_new_tokens, []
+        return self.max_new_tokens, list(self.stop)
+
     def compact_prompt(self, env: Any) -> str:
         return f"{self.header}\n{self.board(env)}\nMove:"
 

@@ -74,11 +74,13 @@ class FixedReply:
     def __init__(self, reply: str) -> None:
         self.reply = reply
         self.prompts: list[str] = []
+        self.budgets: set[tuple[int, tuple[str, ...]]] = set()
 
     def generate(
         self, prompts: list[str], *, max_new_tokens: int, stop: list[str], config: EvalConfig
     ) -> list[str]:
         self.prompts += prompts
+        self.budgets.add((max_new_tokens, tuple(stop)))
         return [self.reply] * len(prompts)
 
 
@@ -185,11 +187,17 @@ def test_textarena_format_is_the_growing_transcript(frozenlake: FrozenLakeBenchm
     assert (
         second.startswith(first.rstrip("\n")) and "invalid move" in second and "[Player] [nonsense]" in second
     )
-    policy = FixedReply("[down]")
+    assert frozenlake.turn_budget("textarena") == (1024, []) and frozenlake.turn_budget("default") == (
+        8,
+        ["\n"],
+    )
+    policy = FixedReply("I think about it.\nThen I go [down], not [up].")  # reasoning across lines is kept
     result = run_evaluation(
         policy, frozenlake.load("test")[:3], frozenlake, EvalConfig(prompt_format="textarena")
     )
     assert result.n == 3 and all("Welcome to Frozen Lake!" in p for p in policy.prompts)
+    assert policy.budgets == {(1024, ())}
+    assert any("[Player] I think about it.\nThen I go [down]" in p for p in policy.prompts)
 
 
 def test_games_refuse_few_shot_and_unknown_formats(frozenlake: FrozenLakeBenchmark) -> None:
