@@ -65,10 +65,7 @@ class FrozenLakeBenchmark(TextArenaGameBenchmark):
         self.size = size
         self.num_holes = num_holes
         self.randomize_start_goal = randomize_start_goal
-        self.max_turns = max_turns
-        self.split_sizes = dict(
-            split_sizes or self.default_split_sizes
-        )  # games per split (test, valid, train)
+        super().__init__(max_turns, split_sizes)
 
     def settings(self) -> dict[str, Any]:
         return {

@@ -142,10 +142,7 @@ class SokobanBenchmark(TextArenaGameBenchmark):
     ):
         self.dim_room = dim_room
         self.num_boxes = num_boxes
-        self.max_turns = max_turns
-        self.split_sizes = dict(
-            split_sizes or self.default_split_sizes
-        )  # games per split (test, valid, train)
+        super().__init__(max_turns, split_sizes)
 
     def settings(self) -> dict[str, Any]:
         return {"dim_room": list(self.dim_room), "num_boxes": self.num_boxes, "max_turns": self.max_turns}

@@ -126,7 +126,6 @@ class TextArenaGameBenchmark(ABC):
     name: str
     description: str
     header: str  # first line of the compact prompt
-    split_sizes: dict[str, int]  # games per split
     generator_version: ClassVar[int] = 1  # bump when layouts or expert turns change: it keys the disk cache
     max_new_tokens = 8  # the "default" format's reply: one bracketed move on one line
     stop = ["\n"]
@@ -135,6 +134,14 @@ class TextArenaGameBenchmark(ABC):
         1024  # the "textarena" format: reason, then move (textarena reads the first move)
     )
     max_turns: int
+
+    default_split_sizes: ClassVar[dict[str, int]]
+
+    def __init__(self, max_turns: int, split_sizes: dict[str, int] | None = None) -> None:
+        self.max_turns = max_turns
+        self.split_sizes = dict(
+            split_sizes or self.default_split_sizes
+        )  # games per split (test, valid, train)
 
     # --- what a game must provide -------------------------------------------------------------------------------
     @abstractmethod

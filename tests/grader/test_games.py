@@ -40,6 +40,13 @@ def sokoban() -> SokobanBenchmark:
     return SokobanBenchmark(split_sizes=SMALL)
 
 
+@pytest.fixture(params=["frozenlake", "sokoban"])
+def game(
+    request: pytest.FixtureRequest, frozenlake: FrozenLakeBenchmark, sokoban: SokobanBenchmark
+) -> TextArenaGameBenchmark:
+    return frozenlake if request.param == "frozenlake" else sokoban
+
+
 class ExpertPolicy:
     """Reads the compact board in every prompt and answers an optimal move, as a perfect model would."""
 
@@ -93,32 +100,30 @@ def test_games_are_builtin_multi_turn_benchmarks() -> None:
     assert not isinstance(get_benchmark("arith"), MultiTurnBenchmark)
 
 
-@pytest.mark.parametrize("which", ["frozenlake", "sokoban"])
-def test_splits_are_seeded_disjoint_and_every_game_winnable(
-    which: str, frozenlake: FrozenLakeBenchmark, sokoban: SokobanBenchmark
-) -> None:
-    bench: TextArenaGameBenchmark = frozenlake if which == "frozenlake" else sokoban
-    test, valid, train = bench.load("test"), bench.load("valid"), bench.load("train")
-    assert len(test) == bench.split_sizes["test"]
+def test_splits_are_seeded_disjoint_and_every_game_winnable(game: TextArenaGameBenchmark) -> None:
+    test, valid, train = game.load("test"), game.load("valid"), game.load("train")
+    assert len(test) == game.split_sizes["test"]
     # train/valid hold expert turns: one sample per move of an optimal plan, first turns start the games
     first_turns = [s for s in train + valid if s.meta["turn"] == 0]
-    assert len(first_turns) == bench.split_sizes["train"] + bench.split_sizes["valid"]
+    assert len(first_turns) == game.split_sizes["train"] + game.split_sizes["valid"]
     assert all(s.answer in {"[up]", "[down]", "[left]", "[right]"} for s in train + valid)
     # no starting position is shared between splits (the compact board is the whole state)
     assert not {s.prompt for s in test} & {s.prompt for s in first_turns}
     assert not {s.meta["seed"] for s in test} & {s.meta["seed"] for s in first_turns}
     # every held-out game is won by replaying the expert's plan through textarena, in exactly that many turns
     for sample in test:
-        game = bench.start_game(sample)
-        assert game.prompt("default") == sample.prompt
+        session = game.start_game(sample)
+        assert session.prompt("default") == sample.prompt
         plan = sample.answer.split()
         for move in plan:
-            assert not game.done
-            game.step(move)
-        assert game.done and game.success() and game.turns == len(plan) == sample.meta["optimal_turns"]
-        assert len(plan) <= bench.max_turns
+            assert not session.done
+            session.step(move)
+        assert (
+            session.done and session.success() and session.turns == len(plan) == sample.meta["optimal_turns"]
+        )
+        assert len(plan) <= game.max_turns
     # a second instance reads the same games back from the disk cache, unchanged
-    again = type(bench)(split_sizes=bench.split_sizes).load("test")
+    again = type(game)(split_sizes=game.split_sizes).load("test")
     assert [s.model_dump() for s in again] == [s.model_dump() for s in test]
 
 
@@ -133,32 +138,24 @@ def test_a_reply_scores_when_its_move_is_optimal(frozenlake: FrozenLakeBenchmark
     assert parse_move("[ S ]") == "down" and parse_move("[w] then [d]") == "up"
 
 
-@pytest.mark.parametrize("which", ["frozenlake", "sokoban"])
-def test_trainers_score_from_the_prompt_alone(
-    which: str, frozenlake: FrozenLakeBenchmark, sokoban: SokobanBenchmark
-) -> None:
+def test_trainers_score_from_the_prompt_alone(game: TextArenaGameBenchmark) -> None:
     """Trainers see only id/prompt/answer: the board in the prompt gives the same optimal moves as the meta."""
-    bench: TextArenaGameBenchmark = frozenlake if which == "frozenlake" else sokoban
-    turns = bench.load("train")
+    turns = game.load("train")
     assert any("," in str(s.meta["optimal"]) for s in turns)  # positions with more than one best move exist
     for sample in turns:
         bare = Sample(id=sample.id, prompt=sample.prompt, answer=sample.answer)
         optimal = sorted(str(sample.meta["optimal"]).split(","))
         assert sample.answer.strip("[]") in optimal
-        assert sorted(bench.optimal_from_prompt(bare.prompt)) == optimal
-        assert bench.score(sample.answer, bare) == 1.0
+        assert sorted(game.optimal_from_prompt(bare.prompt)) == optimal
+        assert game.score(sample.answer, bare) == 1.0
         for move in {"up", "down", "left", "right"} - set(optimal):
-            assert bench.score(f"[{move}]", bare) == 0.0
+            assert game.score(f"[{move}]", bare) == 0.0
 
 
-@pytest.mark.parametrize("which", ["frozenlake", "sokoban"])
-def test_an_expert_policy_wins_every_game_in_batched_turns(
-    which: str, frozenlake: FrozenLakeBenchmark, sokoban: SokobanBenchmark
-) -> None:
-    bench: TextArenaGameBenchmark = frozenlake if which == "frozenlake" else sokoban
-    test = bench.load("test")
-    expert = ExpertPolicy(bench)
-    result = run_evaluation(expert, test, bench, EvalConfig(bootstrap_resamples=200))
+def test_an_expert_policy_wins_every_game_in_batched_turns(game: TextArenaGameBenchmark) -> None:
+    test = game.load("test")
+    expert = ExpertPolicy(game)
+    result = run_evaluation(expert, test, game, EvalConfig(bootstrap_resamples=200))
     assert result.score == 1.0 and result.n == len(test) and result.ci_low == result.ci_high == 1.0
     assert result.turns == [s.meta["optimal_turns"] for s in test]
     assert max(result.turns) > 1  # the model really plays several turns
