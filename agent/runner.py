@@ -52,11 +52,12 @@ class RunInterrupted(KeyboardInterrupt):
     """Ctrl-C or SIGTERM: stop children, keep everything written so far."""
 
 
-def make_budget(config: RunConfig) -> Budget:
+def make_budget(config: RunConfig, ledger: Path | None = None) -> Budget:
     return Budget(
         BudgetLimits(
             max_usd=config.llm_max_usd, max_tokens=config.llm_max_tokens, max_compute_s=config.max_compute_s
-        )
+        ),
+        ledger=ledger,
     )
 
 
@@ -105,7 +106,7 @@ class Research:
         budget: Budget | None = None,
     ) -> None:
         self.config = config
-        self.budget = budget or make_budget(config)
+        self.budget = budget or make_budget(config, paths.budget_ledger)
         self.paths = paths
         self.reporter = reporter
         self.proposer = proposer
@@ -676,7 +677,7 @@ def execute(
             )
             with reporter.watching(f"writing the {config.benchmark} train/valid splits into the workspace"):
                 prepare_workspace(paths, benchmark)  # generated games take a minute the first time
-            budget = make_budget(config)
+            budget = make_budget(config, paths.budget_ledger)  # a resumed run goes on from what it spent
             proposer = make_proposer(config, budget)
             sandbox = make_sandbox(config, reporter)
             reporter.info(

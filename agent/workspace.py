@@ -107,6 +107,11 @@ class RunPaths:
         return self.run_dir / "run.log"
 
     @property
+    def budget_ledger(self) -> Path:
+        """LLM tokens, dollars and compute spent so far; a resumed run goes on from them."""
+        return self.run_dir / "budget.json"
+
+    @property
     def plot_png(self) -> Path:
         return self.run_dir / "score_over_submissions.png"
 

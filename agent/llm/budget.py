@@ -1,14 +1,21 @@
 """How much of a run's allowance is spent: LLM dollars and tokens, and trial compute seconds.
 
 One `Budget` is shared by the LLM client (which records every call) and the loop (which records trial time and asks
-`exhausted()` before starting more work). Limits of None mean unlimited.
+`exhausted()` before starting more work). Limits of None mean unlimited. With a ledger file the totals survive a crash:
+every record is written through (atomically), and a resumed run starts from what was already spent.
 """
 
 from __future__ import annotations
 
+import logging
+import os
+import tempfile
 import threading
+from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
+
+log = logging.getLogger(__name__)
 
 
 class BudgetLimits(BaseModel):
@@ -35,10 +42,36 @@ class BudgetSpent(BaseModel):
 class Budget:
     """Thread-safe running totals checked against `BudgetLimits`."""
 
-    def __init__(self, limits: BudgetLimits | None = None) -> None:
+    def __init__(self, limits: BudgetLimits | None = None, ledger: Path | None = None) -> None:
         self.limits = limits or BudgetLimits()
-        self._spent = BudgetSpent()
+        self.ledger = ledger
+        self._spent = self._read_ledger(ledger) if ledger else BudgetSpent()
         self._lock = threading.Lock()
+
+    @staticmethod
+    def _read_ledger(path: Path) -> BudgetSpent:
+        try:
+            return BudgetSpent.model_validate_json(path.read_text())
+        except FileNotFoundError:
+            return BudgetSpent()
+        except ValueError as exc:
+            raise ValueError(
+                f"the budget ledger {path} is unreadable ({exc.__class__.__name__}); fix or delete it to start the "
+                "run's spend from zero"
+            ) from None
+
+    def _write_ledger(self) -> None:
+        """Called with the lock held: the file always holds a complete snapshot (temp file + rename)."""
+        if self.ledger is None:
+            return
+        try:
+            with tempfile.NamedTemporaryFile(
+                "w", dir=self.ledger.parent, suffix=".tmp", delete=False
+            ) as handle:
+                handle.write(self._spent.model_dump_json())
+            os.replace(handle.name, self.ledger)
+        except OSError as exc:
+            log.warning("could not write the budget ledger %s: %s", self.ledger, exc)
 
     def record_llm(self, prompt_tokens: int, completion_tokens: int, usd: float) -> None:
         with self._lock:
@@ -48,12 +81,14 @@ class Budget:
             s.tokens += prompt_tokens + completion_tokens
             s.usd += usd
             s.llm_calls += 1
+            self._write_ledger()
 
     def record_compute(self, seconds: float) -> None:
         if seconds < 0:
             raise ValueError(f"compute seconds must be >= 0, got {seconds}")
         with self._lock:
             self._spent.compute_s += seconds
+            self._write_ledger()
 
     def spent(self) -> BudgetSpent:
         with self._lock:

@@ -485,6 +485,21 @@ def test_budget_exhaustion_stops_calls_before_they_are_made(server: ScriptedOpen
     assert compute.exhausted() == "compute 105s reached the budget of 100s"
 
 
+def test_budget_ledger_carries_spend_to_the_next_process(tmp_path: Path) -> None:
+    ledger = tmp_path / "budget.json"
+    first = Budget(BudgetLimits(max_tokens=1000), ledger=ledger)
+    first.record_llm(600, 100, usd=0.5)
+    first.record_compute(12.5)
+    again = Budget(BudgetLimits(max_tokens=1000), ledger=ledger)  # e.g. after kill -9 and resume
+    assert again.spent() == first.spent() and again.spent().tokens == 700 and again.spent().compute_s == 12.5
+    again.record_llm(300, 50, usd=0.1)
+    assert again.exhausted() == "LLM tokens 1050 reached the budget of 1000"
+    assert not list(tmp_path.glob("*.tmp"))  # written through a temp file, none left behind
+    ledger.write_text("{half a snapshot")
+    with pytest.raises(ValueError, match="budget ledger .*budget.json is unreadable"):
+        Budget(ledger=ledger)
+
+
 # -- the prompt -------------------------------------------------------------------------------------------
 
 

@@ -48,10 +48,17 @@ def _proposal(code: str) -> str:
     )
 
 
-def _run(home: Path, base_url: str, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "RLLOOP_HOME": str(home), "OPENAI_BASE_URL": base_url, "OPENAI_API_KEY": "sk-test"}
+def _run(
+    home: Path,
+    base_url: str,
+    *args: str,
+    command: tuple[str, ...] = ("run", "--driver-model", "test-model", *ARGS),
+    **extra: str,
+) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "RLLOOP_FAILPOINT"}
+    env |= {"RLLOOP_HOME": str(home), "OPENAI_BASE_URL": base_url, "OPENAI_API_KEY": "sk-test", **extra}
     return subprocess.run(
-        [sys.executable, "-m", "agent.cli", "run", "--driver-model", "test-model", *ARGS, *args],
+        [sys.executable, "-m", "agent.cli", *command, *args],
         env=env,
         capture_output=True,
         text=True,
@@ -87,3 +94,32 @@ def test_dead_endpoint_ends_the_run_with_a_clear_line_and_a_results_row(tiny_mod
     rows = [r for r in read_results(tiny_model_home / "results.csv") if r["run_id"] == "llm-dead"]
     assert len(rows) == 1 and rows[0]["success"] == "False" and rows[0]["agent"] == "rlloop-llm"
     assert read_state(tiny_model_home / "runs" / "llm-dead")["status"] == "failed"
+
+
+def test_llm_spend_survives_a_crash_and_resume(tiny_model_home: Path) -> None:
+    """Tokens spent before a kill -9 still count after `rlloop resume`: no second call past the budget."""
+    with ScriptedOpenAIServer(models=["test-model"]) as server:
+        server.enqueue(
+            reply(_proposal(FIXED), prompt_tokens=900, completion_tokens=300), reply(_proposal(FIXED))
+        )
+        crashed = _run(
+            tiny_model_home,
+            server.base_url,
+            "--run-id",
+            "llm-ledger",
+            "--llm-max-tokens",
+            "1000",
+            "--loop-n",
+            "2",
+            RLLOOP_FAILPOINT="run_trial:1",  # killed after the first proposal was paid for
+        )
+        assert crashed.returncode == -9, crashed.stdout + crashed.stderr
+        run_dir = tiny_model_home / "runs" / "llm-ledger"
+        assert json.loads((run_dir / "budget.json").read_text())["tokens"] == 1200
+        resumed = _run(tiny_model_home, server.base_url, command=("resume", "llm-ledger"))
+        requests = server.chat_requests()
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert len(requests) == 1  # the resumed run knew the budget was spent and asked no more
+    state = read_state(run_dir)
+    assert [t["status"] for t in state["trials"]] == ["succeeded"]
+    assert state["stop_reason"] == "budget spent: LLM tokens 1200 reached the budget of 1000"
