@@ -63,9 +63,8 @@ def build_graph(nodes: LoopNodes) -> StateGraph:
 
     def after_approve(state: LoopState) -> Literal["run_trial", "record"]:
         current = state.get("current") or {}
-        return (
-            "record" if current.get("status") == "rejected" else "run_trial"
-        )  # terminate: record, then finish
+        # a rejected proposal is recorded (then the loop goes on or finishes); an approved one runs
+        return "record" if current.get("status") == "rejected" else "run_trial"
 
     def after_trial(state: LoopState) -> Literal["submit", "record"]:
         current = state.get("current") or {}

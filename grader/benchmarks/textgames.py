@@ -130,18 +130,14 @@ class TextArenaGameBenchmark(ABC):
     max_new_tokens = 8  # the "default" format's reply: one bracketed move on one line
     stop = ["\n"]
     prompt_formats = ["default", "textarena"]
-    transcript_max_new_tokens = (
-        1024  # the "textarena" format: reason, then move (textarena reads the first move)
-    )
+    # the "textarena" format's reply: room to reason, then move (textarena reads the first bracketed move)
+    transcript_max_new_tokens = 1024
     max_turns: int
-
-    default_split_sizes: ClassVar[dict[str, int]]
+    default_split_sizes: ClassVar[dict[str, int]]  # games per split: test, valid, train
 
     def __init__(self, max_turns: int, split_sizes: dict[str, int] | None = None) -> None:
         self.max_turns = max_turns
-        self.split_sizes = dict(
-            split_sizes or self.default_split_sizes
-        )  # games per split (test, valid, train)
+        self.split_sizes = dict(split_sizes or self.default_split_sizes)
 
     # --- what a game must provide -------------------------------------------------------------------------------
     @abstractmethod

@@ -46,9 +46,8 @@ class CoachConfig(OPCDConfig):
     coach_model: str = "gpt-4o-mini"
     rubric: str = DEFAULT_RUBRIC
     show_reference: bool = True  # give the coach the reference answer along with each response
-    experience_samples: int = Field(
-        default=16, ge=1
-    )  # responses the coach reviews to write experience (distill)
+    # responses the coach reviews to write experience (distill)
+    experience_samples: int = Field(default=16, ge=1)
     max_experience_items: int = Field(default=8, ge=1)
     request_timeout: float = Field(default=120.0, gt=0)
     num_generations: int = 8  # rl mode: group size; distill mode uses it as OPCD samples per prompt

@@ -31,9 +31,8 @@ class GADConfig(op.OnPolicyConfig):
     discriminator_learning_rate: float = 1e-4
     discriminator_path: Path | None = None  # default: model_path (same family; a fresh scalar head is added)
     teacher_file: Path | None = None  # teacher responses; default: train_file's reference answers
-    warmup_steps: int = Field(
-        default=10, ge=0
-    )  # SFT steps on teacher responses (and D steps) before the game
+    # SFT steps on teacher responses (and D steps) before the game
+    warmup_steps: int = Field(default=10, ge=0)
     scale_rewards_by_std: bool = True  # GRPO (True) or Dr. GRPO (False) group normalisation
     max_steps: int = 100
     per_device_train_batch_size: int = 32
