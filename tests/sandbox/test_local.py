@@ -193,6 +193,8 @@ from pathlib import Path
 from sandbox import reaper
 from sandbox.backends.local import LocalSandbox
 from sandbox.base import SandboxRequest
+# Ctrl-C's default, whatever this process inherited: a parent started while SIGINT is ignored would ignore it too
+signal.signal(signal.SIGINT, signal.default_int_handler)
 reaper.install_signal_handlers()
 ws = Path(sys.argv[1])
 LocalSandbox(grace_s=0.5).run(
