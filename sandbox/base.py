@@ -8,6 +8,10 @@ from typing import Protocol, runtime_checkable
 from pydantic import BaseModel, Field
 
 
+class SandboxUnavailableError(RuntimeError):
+    """The backend cannot run trials as asked on this machine; the message says why and what to do."""
+
+
 class Mount(BaseModel):
     """A host path made visible to the command (read-only unless said otherwise)."""
 
@@ -83,6 +87,18 @@ class SandboxResult(BaseModel):
         return "ok"
 
 
+class CleanupReport(int):
+    """What `cleanup()` stopped: an int (how many, as the protocol says) that also says what each one was, for the
+    run log ("trial container of t03"). Backends that cannot tell return a plain int."""
+
+    what: tuple[str, ...]
+
+    def __new__(cls, what: list[str] | tuple[str, ...] = ()) -> CleanupReport:
+        report = super().__new__(cls, len(what))
+        report.what = tuple(what)
+        return report
+
+
 @runtime_checkable
 class Sandbox(Protocol):
     """A place to run untrusted training code."""
@@ -94,5 +110,6 @@ class Sandbox(Protocol):
         ...
 
     def cleanup(self, labels: dict[str, str] | None = None) -> int:
-        """Stop whatever this backend started that carries these labels; return how many were stopped."""
+        """Stop whatever this backend started that carries these labels, in this process or a dead earlier one;
+        return how many were stopped (a `CleanupReport` where the backend can say what they were)."""
         ...

@@ -6,6 +6,11 @@ server), no capabilities, no new privileges, a read-only root filesystem with a 
 memory without swap, a CPU share, a process cap and a per-file size cap; the workspace's growth is watched for
 `max_output_mb`. Output is read straight from the container (the engine keeps no log of its own, so a command that
 prints gigabytes cannot fill the host disk) into the capped log. The container is removed whatever happens.
+
+A container never outlives the process that started it, even one killed with SIGKILL: the command runs under a small
+shell watchdog whose stdin is a socket this process holds open for the trial's life (`StdinOnce`). When the process
+dies the kernel closes the socket, the engine closes the container's stdin, and the watchdog kills every process in
+the container; the exited container is removed by the next `cleanup()` (a resumed run calls it first).
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from sandbox import reaper
-from sandbox.base import SandboxRequest, SandboxResult
+from sandbox.base import CleanupReport, SandboxRequest, SandboxResult
 from sandbox.devices import gpu_lease
 from sandbox.dockerlib import docker_sdk
 from sandbox.grader_net import GraderNetwork, remove_leftovers
@@ -30,6 +35,24 @@ from sandbox.output_watch import OutputWatch
 MANAGED_LABEL = "rlloop.managed"
 SANDBOX_UID = 1000  # the image's `rlloop` user; a root-owned workspace is handed to it
 TMPFS_MB = 512
+# The watchdog around every trial command (POSIX sh; `"$@"` is the command). It forks the stdin watcher first, so a
+# process cap the command exhausts cannot stop it from starting; the command gets /dev/null as stdin. When stdin
+# reaches EOF (this process died) the watcher kills every process it can see: the whole container but its init.
+# The engine's SIGTERM (stop) is passed on to the command, and the command's exit status comes through unchanged.
+WATCHDOG = """exec 3<&0 </dev/null
+{ cat <&3 >/dev/null 2>&1; kill -9 -1; } &
+exec 3<&-
+"$@" &
+child=$!
+trap 'kill -TERM "$child" 2>/dev/null' TERM
+trap 'kill -HUP "$child" 2>/dev/null' HUP
+while :; do
+  wait "$child"
+  code=$?
+  kill -0 "$child" 2>/dev/null || break
+done
+exit "$code"
+"""
 
 
 def _client(timeout: int = 60) -> Any:
@@ -111,7 +134,11 @@ class DockerSandbox:
         started = time.monotonic()
         container = self.client.containers.create(
             self.image,
-            command=request.command,
+            command=["sh", "-c", WATCHDOG, "rlloop-watchdog", *request.command],
+            # stdin stays open while attached and closes when our attachment does (the SDK sets StdinOnce only
+            # with detach=False; create never attaches, so nothing else changes): the watchdog's lifeline
+            stdin_open=True,
+            detach=False,
             working_dir=str(request.workspace),
             user=user,
             environment=env,
@@ -124,7 +151,6 @@ class DockerSandbox:
             init=True,
             log_config=docker.types.LogConfig(type="none"),
             ulimits=_ulimits(request),
-            detach=True,
             **network_kw,
             **_limits(request),
         )
@@ -137,7 +163,10 @@ class DockerSandbox:
         reaper.register(container.id, stop_from_outside)
         timed_out = output_exceeded = False
         reader: threading.Thread | None = None
+        lifeline: Any = None
         try:
+            # held open until the trial is over; the kernel closes it if this process dies (see the docstring)
+            lifeline = container.attach_socket(params={"stdin": 1, "stream": 1})
             stream = container.attach(stdout=True, stderr=True, stream=True, logs=False)
             reader = threading.Thread(target=_pump_stream, args=(stream, log), daemon=True)
             reader.start()
@@ -181,6 +210,7 @@ class DockerSandbox:
             reaper.unregister(container.id)
             with contextlib.suppress(Exception):
                 container.remove(force=True)
+            _close_socket(lifeline)
         oom = bool(state.get("OOMKilled"))
         if oom:
             log.note(f"out of memory: the container went over memory_mb={request.memory_mb}")
@@ -234,21 +264,25 @@ class DockerSandbox:
             return gate
 
     # -- cleanup -------------------------------------------------------------------------------------------
-    def cleanup(self, labels: dict[str, str] | None = None) -> int:
-        """Remove every rlloop container carrying `labels` (all of them when None); when None, also leftover
-        grader networks of other processes. Returns how many containers were removed."""
+    def cleanup(self, labels: dict[str, str] | None = None) -> CleanupReport:
+        """Remove every rlloop container carrying `labels` (all of them when None), running or exited (a trial
+        whose run died stops by itself but stays until removed); when None, also leftover grader networks of other
+        processes. Returns how many containers were removed and what each was ("trial container of t03")."""
         wanted = {MANAGED_LABEL: "true", **(labels or {})}
         filters = {"label": [f"{k}={v}" for k, v in wanted.items()]}
-        removed = 0
+        removed: list[str] = []
         for container in self.client.containers.list(all=True, filters=filters):
             with contextlib.suppress(Exception):
+                trial = (container.labels or {}).get("rlloop.trial")
+                state = container.status  # from the listing, before the removal
                 container.remove(force=True)
-                removed += 1
+                what = f"trial container of {trial}" if trial else f"container {container.short_id}"
+                removed.append(what if state == "running" else f"{what} ({state})")
         if labels is None:
             with self._lock:
                 live = {gate.name for gate in self._networks.values()}
             remove_leftovers(self.client, keep=live)
-        return removed
+        return CleanupReport(removed)
 
     def close(self) -> None:
         """Drop this sandbox's grader networks, relays and firewall chains."""
@@ -299,6 +333,16 @@ def _wait(container: Any, exited: threading.Event) -> None:
     with contextlib.suppress(Exception):
         container.wait()
     exited.set()
+
+
+def _close_socket(sock: Any) -> None:
+    """Close the attach socket itself: closing the SDK's SocketIO wrapper alone leaves the connection open."""
+    if sock is None:
+        return
+    with contextlib.suppress(Exception):
+        getattr(sock, "_sock", sock).close()
+    with contextlib.suppress(Exception):
+        sock.close()
 
 
 def _kill(container: Any) -> None:

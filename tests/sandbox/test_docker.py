@@ -333,3 +333,77 @@ def test_gigabytes_of_logs_are_capped(sandbox: DockerSandbox, run_dir: Path, lab
 def test_cleanup_removes_leftover_containers(sandbox: DockerSandbox, labels: dict[str, str]) -> None:
     sandbox.client.containers.create(IMAGE, command=["true"], labels={"rlloop.managed": "true", **labels})
     assert sandbox.cleanup(labels) == 1
+
+
+def test_exit_code_and_output_come_through_the_watchdog(
+    sandbox: DockerSandbox, run_dir: Path, labels: dict[str, str]
+) -> None:
+    code = "import sys; print('said', sys.stdin.read() == ''); sys.exit(7)"
+    result = run(sandbox, run_dir, labels, code)
+    assert result.exit_code == 7 and not result.ok
+    assert "said True" in result.log_tail  # the command reads an empty stdin, not the watchdog's lifeline
+
+
+def test_stop_reaches_the_command_through_the_watchdog(
+    sandbox: DockerSandbox, run_dir: Path, labels: dict[str, str]
+) -> None:
+    code = """
+import signal, sys, time
+def bye(*_):
+    print("got SIGTERM", flush=True)
+    sys.exit(0)
+signal.signal(signal.SIGTERM, bye)
+print("ready", flush=True)
+time.sleep(300)
+"""
+    result = run(sandbox, run_dir, labels, code, timeout_s=3)
+    assert result.timed_out
+    assert "got SIGTERM" in result.log_path.read_text()  # graceful stop: the watchdog passed the signal on
+
+
+# A run-like parent: starts one trial (`sleep 600`) in a DockerSandbox and waits for it.
+PARENT = """
+import sys
+from pathlib import Path
+from sandbox.backends.docker import DockerSandbox
+from sandbox.base import SandboxRequest
+ws, image, run_id = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
+DockerSandbox(image=image).run(SandboxRequest(
+    command=["sleep", "600"], workspace=ws, log_path=ws.parent / "trial.log", timeout_s=900,
+    labels={"rlloop.run": run_id, "rlloop.trial": "t1"},
+))
+"""
+
+
+def test_container_stops_when_its_run_is_killed_9(
+    sandbox: DockerSandbox, run_dir: Path, labels: dict[str, str]
+) -> None:
+    import subprocess
+    import sys
+    import time
+
+    filters = {"label": [f"{k}={v}" for k, v in labels.items()]}
+    parent = subprocess.Popen(
+        [sys.executable, "-c", PARENT, str(run_dir / "workspace"), IMAGE, labels["rlloop.run"]],
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not sandbox.client.containers.list(filters=filters) and time.monotonic() < deadline:
+            assert parent.poll() is None, "the parent exited before its trial started"
+            time.sleep(0.2)
+        assert sandbox.client.containers.list(filters=filters), "the trial container never started"
+        time.sleep(1.0)  # the watchdog is up
+        parent.kill()
+        parent.wait(timeout=10)
+        killed = time.monotonic()
+        while sandbox.client.containers.list(filters=filters) and time.monotonic() - killed < 5:
+            time.sleep(0.2)
+        assert not sandbox.client.containers.list(filters=filters), "the trial outlived its run by 5 s"
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+    # exited but not removed (its run could not): the next cleanup removes it and says what it was
+    report = sandbox.cleanup(labels)
+    assert report == 1
+    assert report.what == ("trial container of t1 (exited)",)
