@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -269,7 +268,9 @@ def ui(
         str(port),
     ]
     cmd += ["--default-artifact-root", (root / "mlartifacts").as_uri()]
-    raise typer.Exit(subprocess.call(cmd))
+    from agent.children import run_child
+
+    raise typer.Exit(run_child(cmd))  # its server workers and job consumers stop with us
 
 
 grade_app = typer.Typer(no_args_is_help=True, help="The grading server on its own, for external agents.")
@@ -348,12 +349,14 @@ def grade_serve(
     console.print(f"  GRADER_TOKEN={config['token']}")
     console.print(f"  submissions must lie under {config['allowed_roots'][0]}; store: {private}")
     console.print("  the baseline is scored before /health reports ready; Ctrl-C stops the server")
-    raise typer.Exit(subprocess.call([sys.executable, "-m", "grader", "serve", "--config", str(config_path)]))
+    from agent.children import run_child
+
+    raise typer.Exit(run_child([sys.executable, "-m", "grader", "serve", "--config", str(config_path)]))
 
 
 def _mount_subcommands() -> None:
     """Commands whose code lives with the part they drive (sandbox, trainers, service, sweeps)."""
-    from agent.service.cli import serve_command
+    from agent.service.cli import serve_app
     from agent.sweeps.cli import bench, report
     from sandbox.cli import app as sandbox_app
     from trainers.plan_cli import check_inputs_command, plan_command
@@ -365,8 +368,10 @@ def _mount_subcommands() -> None:
     app.command("check-inputs", help="Validate what a plan depends on, without loading any model.")(
         check_inputs_command
     )
-    app.command("serve", help="The run service: start, list, cancel and resume runs; approve on a web page.")(
-        serve_command
+    app.add_typer(
+        serve_app,
+        name="serve",
+        help="The run service: start, list, cancel and resume runs; approve on a web page. `serve users` adds users.",
     )
     app.command("bench", help="Run every benchmark x base model x agent x seed combination (resumable).")(
         bench

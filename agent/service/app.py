@@ -6,24 +6,28 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
-from fastapi import FastAPI, HTTPException, status
+from fastapi import Depends, FastAPI, HTTPException, status
 from fastapi import Path as PathParam
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse
 from pydantic import ValidationError
 
 from agent.approvals import list_pending, write_decision
+from agent.service.auth import ADD_HINT, UserDirectory, users_file_for
+from agent.service.guard import Caller, authorize
 from agent.service.records import load_record
 from agent.service.schemas import (
     RUN_ID_PATTERN,
     RUN_ID_RULE,
     DecisionRecorded,
     DecisionRequest,
+    Identity,
     PendingApproval,
     RunCreated,
     RunDetail,
@@ -41,6 +45,7 @@ PAGE = Path(__file__).with_name("page.html")
 ID_REGEX = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,119}$"
 RunId = Annotated[str, PathParam(pattern=ID_REGEX, description="The run's id (`GET /runs`).")]
 TrialId = Annotated[str, PathParam(pattern=ID_REGEX, description="The trial's id, e.g. t01.")]
+logger = logging.getLogger("rlloop.service")
 
 
 def create_app(settings: ServiceSettings) -> FastAPI:
@@ -49,9 +54,16 @@ def create_app(settings: ServiceSettings) -> FastAPI:
     pool = WorkerPool(settings)
     mlflow_links = MlflowLinks(settings.mlflow_ui_url, settings.home / "mlartifacts")
     runs_dir = settings.home / "runs"
+    directory = UserDirectory(users_file_for(settings.home, settings.users_file), settings.require_auth)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if not directory.required:
+            logger.warning(
+                "the run service has no users: its API is unauthenticated and answers loopback only; "
+                "create one with `%s`",
+                ADD_HINT,
+            )
         pool.start()
         try:
             yield
@@ -63,9 +75,11 @@ def create_app(settings: ServiceSettings) -> FastAPI:
         version="0.1.0",
         summary="Start, watch, cancel and resume research runs; approve, edit or reject their proposals.",
         lifespan=lifespan,
+        dependencies=[Depends(authorize)],  # every route; what each needs: agent.service.guard.required_role
     )
     app.state.settings = settings
     app.state.pool = pool
+    app.state.users = directory
 
     def pending_by_run() -> dict[str, list[str]]:
         grouped: dict[str, list[str]] = {}
@@ -92,6 +106,11 @@ def create_app(settings: ServiceSettings) -> FastAPI:
     def health() -> dict[str, Any]:
         """Liveness, and how many workers run now."""
         return {"status": "ok", "home": str(settings.home), "running": pool.active_count()}
+
+    @app.get("/auth/me", response_model=Identity)
+    def whoami(caller: Caller) -> Identity:
+        """Who the bearer token belongs to, and whether this service demands tokens at all."""
+        return Identity(user=caller.name, role=caller.role, auth_required=directory.required)
 
     @app.post("/runs", status_code=status.HTTP_202_ACCEPTED, response_model=RunCreated)
     def create_run(body: RunRequest) -> RunCreated:
@@ -198,10 +217,19 @@ def create_app(settings: ServiceSettings) -> FastAPI:
         return out
 
     @app.post("/approvals/{run_id}/{trial_id}", response_model=DecisionRecorded)
-    def decide(run_id: RunId, trial_id: TrialId, body: DecisionRequest) -> DecisionRecorded:
+    def decide(run_id: RunId, trial_id: TrialId, body: DecisionRequest, caller: Caller) -> DecisionRecorded:
         """Approve, edit (`set` hyperparameters, `train_py`), reject (with a `reason`) or terminate a waiting
-        proposal. The waiting run picks the decision up within a second; 404 when nothing waits."""
+        proposal. The waiting run picks the decision up within a second; 404 when nothing waits. With users
+        configured the reviewer recorded is the token's user (a different `by` is refused)."""
         decision = body.to_decision()
+        if caller.authenticated and caller.name is not None:
+            if body.by and body.by.strip() and body.by.strip() != caller.name:
+                raise HTTPException(
+                    status.HTTP_403_FORBIDDEN,
+                    f"you are signed in as {caller.name!r}: a decision cannot be recorded as {body.by.strip()!r}; "
+                    "omit `by` (the token's user is recorded)",
+                )
+            decision = decision.model_copy(update={"by": caller.name})
         try:
             path = write_decision(runs_dir / run_id, trial_id, decision)
         except LookupError as exc:

@@ -181,7 +181,10 @@ class DecisionRequest(BaseModel):
 
     action: Literal["approve", "edit", "reject", "terminate"]
     by: str | None = Field(
-        default=None, max_length=200, description="Who decides (default: the service's user)."
+        default=None,
+        max_length=200,
+        description="Who decides, without users configured (default: the service's OS user). With users, the "
+        "token's user is recorded; a different name is refused.",
     )
     reason: str | None = Field(
         default=None, max_length=4000, description="Required to reject: fed back to the proposer."
@@ -207,6 +210,14 @@ class DecisionRequest(BaseModel):
         if not values.get("by", "").strip():
             values.pop("by", None)
         return Decision(**values)
+
+
+class Identity(BaseModel):
+    """The caller, as the service sees its bearer token (`GET /auth/me`)."""
+
+    user: str | None = Field(description="The token's user; null when the service runs without users.")
+    role: Literal["viewer", "approver", "admin"]
+    auth_required: bool = Field(description="False when no user is configured (open, loopback only).")
 
 
 class DecisionRecorded(BaseModel):

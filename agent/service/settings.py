@@ -31,3 +31,12 @@ class ServiceSettings(BaseModel):
         description="SIGTERM every running worker when the service stops. Off by default: workers are detached, "
         "keep running, and the next service start adopts them.",
     )
+    users_file: Path | None = Field(
+        default=None,
+        description="Users and their hashed tokens (default HOME/service_users.json); RLLOOP_SERVICE_TOKENS adds "
+        "more. With any user, every request but /health and the page needs a bearer token.",
+    )
+    require_auth: bool = Field(
+        default=False,
+        description="Demand tokens even when no user is configured yet (then nothing but /health answers).",
+    )

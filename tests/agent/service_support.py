@@ -26,9 +26,18 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def add_users(home: Path, roles: dict[str, str]) -> dict[str, str]:
+    """Create users in HOME/service_users.json (as `rlloop serve users add` does); returns name -> token."""
+    from agent.service.auth import USERS_FILE_NAME, add_user
+
+    return {name: add_user(home / USERS_FILE_NAME, name, role) for name, role in roles.items()}
+
+
 @contextmanager
-def running_service(home: Path, **settings: Any) -> Iterator[httpx.Client]:
-    """Start the service on a free port; on exit, stop it and SIGKILL any worker it left (no orphans)."""
+def running_service(home: Path, token: str | None = None, **settings: Any) -> Iterator[httpx.Client]:
+    """Start the service on a free port; on exit, stop it and SIGKILL any worker it left (no orphans).
+
+    `token` goes with every request of the client as `Authorization: Bearer <token>` (for services with users)."""
     config = ServiceSettings(home=home, poll_interval_s=0.2, **settings)
     app = create_app(config)
     port = free_port()
@@ -39,7 +48,8 @@ def running_service(home: Path, **settings: Any) -> Iterator[httpx.Client]:
     while not server.started:
         assert thread.is_alive() and time.monotonic() < deadline, "the service did not start"
         time.sleep(0.05)
-    client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30)
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30, headers=headers)
     try:
         yield client
     finally:

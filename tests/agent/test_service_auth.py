@@ -1,0 +1,288 @@
+"""Who may call the run service, over real HTTP against the real app (uvicorn on a free loopback port).
+
+Every route of the app is enumerated, so a route added later is checked too: writes without a token get 401, with
+too low a role 403, and nothing is written. Also: the decision records the token's user, the bind refusal, and the
+`rlloop serve users` commands in a real subprocess (token shown once, stored hashed, file mode 0600).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from fastapi.routing import APIRoute
+from starlette.routing import BaseRoute
+
+from agent.approvals import publish_pending, read_decision
+from agent.proposers.base import Proposal, TrialRecord
+from agent.service import ServiceSettings, create_app, serve
+from agent.service.auth import (
+    TOKENS_ENV,
+    USERS_FILE_NAME,
+    InsecureBindError,
+    ServiceUser,
+    UsersDocument,
+    check_bind,
+    hash_token,
+    is_loopback,
+)
+from agent.service.guard import OPEN_PATHS, SAFE_METHODS, required_role
+from tests.agent.service_support import add_users, free_port, running_service
+
+ROLES = {"val": "viewer", "ada": "approver", "root": "admin"}
+PARAMS = {"run_id": "r1", "trial_id": "t01"}
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    home = tmp_path / "home"
+    publish_pending(
+        home / "runs" / "r1",
+        TrialRecord(trial_id="t01", index=1, proposal=Proposal(hypothesis="h", recipe="sft")),
+    )
+    return home
+
+
+def _routes(routes: list[BaseRoute]) -> list[tuple[str, str]]:
+    """(method, path) of every API route, path parameters filled in."""
+    found = []
+    for route in routes:
+        if isinstance(route, APIRoute):
+            for method in sorted(route.methods or ()):
+                found.append((method, route.path))
+        else:  # docs and schema: plain Starlette routes, which the app-wide dependency does not cover
+            methods = getattr(route, "methods", None) or set()
+            assert methods <= SAFE_METHODS, f"{route} accepts {methods} without the auth dependency"
+    return found
+
+
+def _url(path: str) -> str:
+    return re.sub(r"\{(\w+)\}", lambda m: PARAMS[m.group(1)], path)
+
+
+def _auth(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def test_every_route_refuses_missing_tokens_and_too_low_roles(home: Path) -> None:
+    tokens = add_users(home, ROLES)
+    routes = _routes(create_app(ServiceSettings(home=home)).routes)
+    writes = [(m, p) for m, p in routes if m not in SAFE_METHODS]
+    assert {("POST", "/runs"), ("POST", "/runs/{run_id}/cancel"), ("POST", "/runs/{run_id}/resume")} <= set(
+        writes
+    )
+    assert ("POST", "/approvals/{run_id}/{trial_id}") in writes
+    # bodies the allowed roles get past validation with (a decision) or not (a run with loop_n 0)
+    bodies = {
+        "/runs": {"run_id": "must-not-exist", "loop_n": 0},
+        "/approvals/{run_id}/{trial_id}": {"action": "approve"},
+    }
+    with running_service(home) as client:
+        for method, path in routes:
+            needed = required_role(method, path)
+            url = _url(path)
+            if needed is None:
+                assert path in OPEN_PATHS
+                assert client.request(method, url).status_code == 200, path
+                continue
+            json_body = bodies.get(path, {}) if method not in SAFE_METHODS else None
+            missing = client.request(method, url, json=json_body)
+            assert missing.status_code == 401, (method, path, missing.text)
+            assert missing.headers["www-authenticate"].startswith("Bearer")
+            assert f"role {needed}" in missing.json()["detail"] and "rlloop serve users add" in missing.text
+            wrong = client.request(method, url, json=json_body, headers=_auth("rll_not-a-token"))
+            assert wrong.status_code == 401 and 'error="invalid_token"' in wrong.headers["www-authenticate"]
+            for name, role in ROLES.items():
+                response = client.request(method, url, json=json_body, headers=_auth(tokens[name]))
+                allowed = ["viewer", "approver", "admin"].index(role) >= [
+                    "viewer",
+                    "approver",
+                    "admin",
+                ].index(needed)
+                if allowed:
+                    assert response.status_code not in (401, 403), (method, path, name, response.text)
+                else:
+                    assert response.status_code == 403, (method, path, name, response.text)
+                    detail = response.json()["detail"]
+                    assert (
+                        f"needs a bearer token of role {needed}" in detail
+                        and f"{name} has role {role}" in detail
+                    )
+            if method not in SAFE_METHODS and needed != "viewer":
+                assert needed == ("approver" if path.startswith("/approvals/") else "admin")
+        # what the refused writes would have done did not happen (the admin's /runs call failed validation)
+        assert not (home / "runs" / "must-not-exist").exists()
+    decision = read_decision(home / "runs" / "r1", "t01")
+    assert decision is not None and decision.by == "root"  # the approver's, then the admin's decision
+
+
+def test_decision_records_the_tokens_user_not_the_body(home: Path) -> None:
+    tokens = add_users(home, ROLES)
+    run_dir = home / "runs" / "r1"
+    with running_service(home, token=tokens["ada"]) as client:
+        assert client.get("/auth/me").json() == {"user": "ada", "role": "approver", "auth_required": True}
+        impostor = client.post("/approvals/r1/t01", json={"action": "approve", "by": "root"})
+        assert impostor.status_code == 403 and "signed in as 'ada'" in impostor.json()["detail"]
+        assert read_decision(run_dir, "t01") is None
+        ok = client.post("/approvals/r1/t01", json={"action": "reject", "reason": "too slow"})
+        assert ok.status_code == 200, ok.text
+        assert ok.json()["decision"]["by"] == "ada"
+        decision = read_decision(run_dir, "t01")
+        assert decision is not None and decision.by == "ada" and decision.reason == "too slow"
+        same = client.post("/approvals/r1/t01", json={"action": "approve", "by": "ada"})  # old clients
+        assert same.status_code == 200
+        assert json.loads((run_dir / "approvals" / "t01.decision.json").read_text())["by"] == "ada"
+        assert client.post("/runs/r1/cancel").status_code == 403  # an approver cannot cancel
+        assert client.get("/health").status_code == 200 and client.get("/").status_code == 200
+
+
+def test_users_from_the_environment_and_changes_without_restart(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    env_token = "rll_from-the-environment"
+    document = UsersDocument(users=[ServiceUser(name="ci", role="admin", token_sha256=hash_token(env_token))])
+    monkeypatch.setenv(TOKENS_ENV, document.model_dump_json())
+    with running_service(home) as client:
+        assert client.get("/auth/me", headers=_auth(env_token)).json()["user"] == "ci"
+        assert client.get("/runs").status_code == 401  # users exist (in the environment): tokens needed
+        later = add_users(home, {"late": "viewer"})["late"]
+        assert client.get("/runs", headers=_auth(later)).status_code == 200  # the file is re-read
+        (home / USERS_FILE_NAME).write_text('{"users": []}')
+        assert client.get("/runs", headers=_auth(later)).status_code == 401  # removed: refused at once
+        assert client.get("/runs").status_code == 401  # still enforced with the file emptied
+
+
+def test_require_auth_without_users_answers_only_health(home: Path) -> None:
+    with running_service(home, require_auth=True) as client:
+        assert client.get("/health").status_code == 200
+        assert client.get("/runs").status_code == 401
+        assert client.post("/runs/r1/cancel").status_code == 401
+
+
+def test_without_users_loopback_stays_open_but_refuses_cross_site_writes(home: Path) -> None:
+    with running_service(home) as client:
+        assert client.get("/auth/me").json() == {"user": None, "role": "admin", "auth_required": False}
+        assert client.post("/runs/nope/cancel").status_code == 404  # open: reaches the route
+        evil = client.post("/runs/nope/cancel", headers={"Origin": "http://evil.example"})
+        assert evil.status_code == 403 and "cross-origin" in evil.json()["detail"]
+        own = client.post("/runs/nope/cancel", headers={"Origin": str(client.base_url)})
+        assert own.status_code == 404
+        rebound = client.get("/runs", headers={"Host": "attacker.example"})  # DNS rebinding
+        assert rebound.status_code == 403 and "loopback" in rebound.json()["detail"]
+        ok = client.post("/approvals/r1/t01", json={"action": "approve", "by": "grace"})
+        assert ok.status_code == 200  # the free-text reviewer name is kept when there are no users
+    decision = read_decision(home / "runs" / "r1", "t01")
+    assert decision is not None and decision.by == "grace"
+
+
+def test_cross_origin_writes_are_refused_even_with_a_token(home: Path) -> None:
+    tokens = add_users(home, {"root": "admin"})
+    with running_service(home, token=tokens["root"]) as client:
+        refused = client.post("/runs/nope/cancel", headers={"Origin": "null"})
+        assert refused.status_code == 403
+        assert client.post("/runs/nope/cancel").status_code == 404
+
+
+@pytest.mark.parametrize(
+    ("host", "loopback"),
+    [
+        ("127.0.0.1", True),
+        ("127.5.5.5", True),
+        ("::1", True),
+        ("[::1]", True),
+        ("localhost", True),
+        ("0.0.0.0", False),
+        ("::", False),
+        ("", False),
+        ("192.168.1.10", False),
+        ("example.com", False),
+    ],
+)
+def test_is_loopback(host: str, loopback: bool) -> None:
+    assert is_loopback(host) is loopback
+
+
+def test_serve_refuses_to_bind_beyond_loopback_without_an_admin(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    with pytest.raises(InsecureBindError, match=r"rlloop serve users add NAME --role admin"):
+        serve(host="0.0.0.0", port=free_port(), home=home)
+    add_users(home, {"ada": "approver"})  # an approver is not enough: nobody could manage runs
+    with pytest.raises(InsecureBindError, match="refusing to listen on 0.0.0.0"):
+        serve(host="0.0.0.0", port=free_port(), home=home)
+    admin = ServiceUser(name="root", role="admin", token_sha256=hash_token("x"))
+    check_bind("0.0.0.0", [admin], home / USERS_FILE_NAME)  # with an admin: allowed
+    check_bind("127.0.0.1", [], home / USERS_FILE_NAME)  # loopback: allowed without users
+
+    cli = subprocess.run(
+        [sys.executable, "-m", "agent.cli", "serve", "--host", "0.0.0.0", "--port", str(free_port())],
+        env={"RLLOOP_HOME": str(tmp_path / "other"), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert cli.returncode == 2, cli.stderr
+    assert "refusing to listen on 0.0.0.0" in cli.stderr and "rlloop serve users add" in cli.stderr
+
+
+def _users(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "agent.cli", "serve", "users", *args, "--home", str(home)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_users_cli_shows_the_token_once_and_stores_only_its_hash(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    added = _users(home, "add", "ada", "--role", "approver")
+    assert added.returncode == 0, added.stderr
+    token = added.stdout.strip()
+    assert re.fullmatch(r"rll_[A-Za-z0-9_-]{43}", token), added.stdout  # alone on stdout: TOKEN=$(...)
+    assert "shown once" in added.stderr
+    users_file = home / USERS_FILE_NAME
+    assert stat.S_IMODE(users_file.stat().st_mode) == 0o600
+    text = users_file.read_text()
+    assert token not in text and hashlib.sha256(token.encode()).hexdigest() in text
+    assert [(u["name"], u["role"]) for u in json.loads(text)["users"]] == [("ada", "approver")]
+
+    listed = _users(home, "list")
+    assert (
+        listed.returncode == 0 and listed.stdout.startswith("ada\tapprover\t") and token not in listed.stdout
+    )
+
+    again = _users(home, "add", "ada")
+    assert again.returncode == 2 and "already exists" in again.stderr and "--replace" in again.stderr
+    bad_role = _users(home, "add", "bo", "--role", "owner")
+    assert bad_role.returncode == 2 and "unknown role 'owner'" in bad_role.stderr
+    bad_name = _users(home, "add", "../x")
+    assert bad_name.returncode == 2 and "is not valid" in bad_name.stderr
+
+    replaced = _users(home, "add", "ada", "--role", "admin", "--replace")
+    assert replaced.returncode == 0
+    new_token = replaced.stdout.strip()
+    assert new_token != token and hash_token(token) not in users_file.read_text()
+
+    with running_service(home) as client:  # the printed token works against the service
+        assert client.get("/auth/me", headers=_auth(new_token)).json()["role"] == "admin"
+        assert client.get("/auth/me", headers=_auth(token)).status_code == 401
+
+    removed = _users(home, "remove", "ada")
+    assert removed.returncode == 0 and json.loads(users_file.read_text())["users"] == []
+    assert stat.S_IMODE(users_file.stat().st_mode) == 0o600
+    missing = _users(home, "remove", "ada")
+    assert missing.returncode == 2 and "no user 'ada'" in missing.stderr
+
+
+def test_a_broken_users_file_stops_the_start_with_a_clear_error(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / USERS_FILE_NAME).write_text("{not json")
+    with pytest.raises(ValueError, match="is not a valid users document"):
+        create_app(ServiceSettings(home=home))
