@@ -1,35 +1,51 @@
-"""Run a trial as a local process: own session, scrubbed environment, limits, and nothing left behind.
+"""Run a trial as a local process tree, isolated by namespaces where this machine can make them.
 
-NOT a security boundary. The command runs as this user, sees the host filesystem and network, and can read any
-file this user can. Use it for trusted recipes and for development; run untrusted code with the docker backend.
+Isolated (the default wherever bubblewrap works; see `sandbox.namespaces`): the trial has its own mount, PID,
+network, IPC and UTS namespaces, sees only the system and Python read-only, its workspace read-write, the request's
+mounts, a private /tmp and a loopback of its own (with `network="grader"`, a relay to the grading server and
+nothing else), runs as a non-root uid with no capabilities, cannot signal anything outside its own tree, and dies
+with the process that started it, even when that one is killed with SIGKILL.
 
-What it does guarantee: the command starts in its own session (process group) with only PATH, HOME=workspace,
-LANG, PYTHONUNBUFFERED=1 and `request.env` in its environment (no API keys from the parent); cwd is the workspace;
-memory, process count and CPU share are capped by a cgroup where one can be made (else RLIMIT_AS for memory);
-RLIMIT_CPU caps CPU-seconds, RLIMIT_FSIZE the size of any one file, and the growth of the workspace is watched for
-`max_output_mb`; the log is streamed with a byte cap; at the wall-clock limit every process of the run, including
-double-forked ones that left the group, gets SIGTERM, a grace period, then SIGKILL.
+Unisolated (`isolate=False`, or no namespaces on this machine): NOT a security boundary. The command runs as this
+user and sees the host's files and network. A run that trains this way is marked `isolation=none` everywhere.
+
+Both ways: the command starts in its own session with only PATH, HOME=workspace, LANG, PYTHONUNBUFFERED=1 and
+`request.env` in its environment (no API keys from the parent); cwd is the workspace; memory, process count and
+CPU share are capped by a cgroup where one can be made (else RLIMIT_AS for memory); RLIMIT_CPU caps CPU-seconds,
+RLIMIT_FSIZE the size of any one file, and the growth of the workspace is watched for `max_output_mb`; the log is
+streamed with a byte cap; at the wall-clock limit every process of the run, including double-forked ones that left
+the group, gets SIGTERM, a grace period, then SIGKILL.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import resource
+import shutil
 import signal
 import subprocess
+import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
-from sandbox import reaper
-from sandbox.base import SandboxRequest, SandboxResult
+from sandbox import namespaces, reaper
+from sandbox.base import Mount, SandboxRequest, SandboxResult, SandboxUnavailableError
 from sandbox.devices import gpu_lease
 from sandbox.jail import Jail
 from sandbox.logstream import CappedLog, pump
 from sandbox.output_watch import OutputWatch
+from sandbox.relay import UnixRelay
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+PR_SET_PDEATHSIG = 1
+LABELS_ENV = (
+    "RLLOOP_SANDBOX_LABELS"  # on the sandbox's outermost process: how cleanup() of another process finds it
+)
 
 
 def scrubbed_env(request: SandboxRequest, marker: tuple[str, str] | None = None) -> dict[str, str]:
@@ -47,6 +63,12 @@ def scrubbed_env(request: SandboxRequest, marker: tuple[str, str] | None = None)
     if marker is not None:
         env[marker[0]] = marker[1]
     return env
+
+
+def _die_with_parent() -> None:
+    """Child-side: SIGKILL when the process that started it dies (the unisolated leader at least goes with it)."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def _set_limits(request: SandboxRequest, memory_by_rlimit: bool) -> None:
@@ -70,11 +92,27 @@ class LocalSandbox:
     name = "local"
 
     def __init__(
-        self, grace_s: float = 5.0, use_cgroup: bool | None = None, output_poll_s: float = 2.0
+        self,
+        grace_s: float = 5.0,
+        use_cgroup: bool | None = None,
+        output_poll_s: float = 2.0,
+        isolate: bool | None = None,
     ) -> None:
+        """`isolate`: True requires namespaces (SandboxUnavailableError, with the reason, where there are none),
+        False never uses them, None uses them wherever this machine can."""
         self.grace_s = grace_s
         self.use_cgroup = use_cgroup  # None: use a cgroup when one can be made here
         self.output_poll_s = output_poll_s
+        probe = (
+            namespaces.probe()
+            if isolate is not False
+            else namespaces.Isolation(level="none", reason="isolate=False")
+        )
+        if isolate and not probe.isolated:
+            raise SandboxUnavailableError(f"the local sandbox cannot isolate trials here: {probe.reason}")
+        self.bwrap = probe.bwrap if probe.isolated else None
+        self.isolation = probe.level
+        self.isolation_reason = probe.reason
         self._runs: dict[str, tuple[dict[str, str], Jail]] = {}
         self._lock = threading.Lock()
 
@@ -93,14 +131,19 @@ class LocalSandbox:
         started = time.monotonic()
 
         def child_setup() -> None:
+            _die_with_parent()
             jail.enter()
             _set_limits(request, memory_by_rlimit)
 
+        env = scrubbed_env(request, jail.marker)
+        gate: UnixRelay | None = None
         try:
+            argv, gate = self._argv(request, env)
+            env[LABELS_ENV] = _labels_value(request.labels)
             proc = subprocess.Popen(
-                request.command,
+                argv,
                 cwd=request.workspace,
-                env=scrubbed_env(request, jail.marker),
+                env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
@@ -112,6 +155,7 @@ class LocalSandbox:
             log.note(f"could not start {request.command[0]!r}: {exc}")
             log.close()
             jail.close()
+            _close_gate(gate)
             return SandboxResult(
                 exit_code=127,
                 log_path=request.log_path,
@@ -173,9 +217,11 @@ class LocalSandbox:
                 self._runs.pop(jail.id, None)
             oom = jail.oom_kills() > 0
             jail.close()
+            _close_gate(gate)
             if oom:
                 log.note(f"out of memory: the run was over memory_mb={request.memory_mb}")
-            if proc.returncode == -signal.SIGXCPU:
+            # bubblewrap reports its command's death by signal as 128 + the signal, as a shell does
+            if proc.returncode in (-signal.SIGXCPU, 128 + signal.SIGXCPU):
                 log.note(f"CPU-time limit of {request.cpu_time_s}s (cpu_time_s) reached")
             log.close()
         killed_by_us = timed_out or output_exceeded or interrupted.is_set()
@@ -194,16 +240,104 @@ class LocalSandbox:
             backend=self.name,
         )
 
+    def _argv(self, request: SandboxRequest, env: dict[str, str]) -> tuple[list[str], UnixRelay | None]:
+        """The command as started (under bubblewrap when isolated) and its gate to the grader, if it has one. A
+        program that is nowhere on PATH is refused here, so both ways report it alike (127, "could not start")."""
+        program = request.command[0]
+        if shutil.which(program, path=env.get("PATH")) is None and not os.path.isfile(program):
+            raise FileNotFoundError(f"no such program: {program}")
+        if self.bwrap is None:
+            return list(request.command), None
+        namespaces.hand_to_sandbox_user(request.workspace)
+        inner: list[str] = list(request.command)
+        extra: tuple[str, ...] = ()
+        gate = None
+        if request.network == "grader":
+            gate = _open_gate(request)
+            request = request.model_copy(update={"mounts": [*request.mounts, Mount(source=gate.path.parent)]})
+            host, port = _host_port(request.grader_url or "")
+            inner, extra = (
+                [sys.executable, "-m", "sandbox.gate", str(gate.path), host, str(port), "--", *inner],
+                ("sandbox",),
+            )
+        argv = namespaces.bwrap_argv(
+            request, self.bwrap, inner=inner, extra_packages=extra, hide_env=(LABELS_ENV,)
+        )
+        return argv, gate
+
     def cleanup(self, labels: dict[str, str] | None = None) -> int:
-        """Stop the live runs of this sandbox whose labels include `labels` (all of them when None)."""
+        """Stop the runs of this sandbox whose labels include `labels` (all of them when None): the live ones of
+        this process, and those another process left behind (found by the labels on their outermost process;
+        a dead run's trial, for instance). Returns how many runs were stopped."""
         with self._lock:
             runs = list(self._runs.values())
         stopped = 0
+        mine: set[int] = set()
         for run_labels, jail in runs:
-            if labels is None or all(run_labels.get(k) == v for k, v in labels.items()):
+            if jail.leader is not None:
+                mine.add(jail.leader)
+            if _labels_match(run_labels, labels):
                 jail.signal(signal.SIGKILL)
                 stopped += 1
+        for pid, run_labels in _labelled_processes().items():
+            if pid not in mine and _labels_match(run_labels, labels):
+                with contextlib.suppress(OSError):
+                    os.killpg(pid, signal.SIGKILL)
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+                stopped += 1
         return stopped
+
+
+def _open_gate(request: SandboxRequest) -> UnixRelay:
+    """The host's end of an isolated trial's only way out: a socket file that reaches the grading server."""
+    folder = Path(tempfile.mkdtemp(prefix="rlloop-gate-"))
+    folder.chmod(0o755)
+    return UnixRelay(folder / "grader.sock", _host_port(request.grader_url or ""))
+
+
+def _close_gate(gate: UnixRelay | None) -> None:
+    if gate is not None:
+        gate.close()
+        shutil.rmtree(gate.path.parent, ignore_errors=True)
+
+
+def _host_port(url: str) -> tuple[str, int]:
+    parts = urlsplit(url)
+    if not parts.hostname or not parts.port:
+        raise ValueError(f"network='grader' needs grader_url as http://host:port, got {url!r}")
+    return parts.hostname, parts.port
+
+
+def _labels_value(labels: dict[str, str]) -> str:
+    return ",".join(f"{k}={v}" for k, v in sorted(labels.items())) or "-"
+
+
+def _labels_match(run_labels: dict[str, str], wanted: dict[str, str] | None) -> bool:
+    return wanted is None or all(run_labels.get(k) == v for k, v in wanted.items())
+
+
+def _labelled_processes() -> dict[int, dict[str, str]]:
+    """Leaders of local sandbox runs on this machine (any process), with their labels. A leader is the process
+    that carries the labels but whose parent does not: under bubblewrap, the outer bwrap, whose death ends the
+    namespace; unisolated, the command's session leader. A trial cannot rewrite its bubblewrap's environment."""
+    needle = f"{LABELS_ENV}=".encode()
+    found: dict[int, tuple[int, dict[str, str]]] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/environ", "rb") as f:
+                values = [v for v in f.read().split(b"\0") if v.startswith(needle)]
+            with open(f"/proc/{entry.name}/stat", "rb") as f:
+                ppid = int(f.read().rsplit(b")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if values:
+            raw = values[0][len(needle) :].decode(errors="replace")
+            labels = dict(p.split("=", 1) for p in raw.split(",") if "=" in p)
+            found[int(entry.name)] = (ppid, labels)
+    return {pid: labels for pid, (ppid, labels) in found.items() if ppid not in found}
 
 
 def _check(request: SandboxRequest) -> None:

@@ -15,7 +15,7 @@ from sandbox import reaper
 from sandbox.backends.local import LocalSandbox
 from sandbox.base import SandboxRequest
 from sandbox.jail import cgroup_v1_available
-from tests.sandbox.conftest import DOUBLE_FORK, alive, read_pids
+from tests.sandbox.conftest import DOUBLE_FORK, read_pids, running_with
 
 PY = sys.executable
 CONTAINMENT = [
@@ -93,24 +93,26 @@ def test_env_is_scrubbed(workspace: Path, secret_env: str) -> None:
 
 
 @pytest.mark.parametrize("use_cgroup", CONTAINMENT)
-def test_timeout_kills_whole_tree_including_double_forked_child(workspace: Path, use_cgroup: bool) -> None:
+def test_timeout_kills_whole_tree_including_double_forked_child(
+    workspace: Path, use_cgroup: bool, token: str
+) -> None:
     started = time.monotonic()
     result = LocalSandbox(grace_s=1, use_cgroup=use_cgroup).run(
-        request(workspace, [PY, "-c", DOUBLE_FORK, "300"], timeout_s=2)
+        request(workspace, [PY, "-c", DOUBLE_FORK, "300", token], timeout_s=2)
     )
     assert result.timed_out and result.exit_code is None and "timed out" in result.reason()
     assert time.monotonic() - started < 15
-    pids = read_pids(workspace / "grandchild.pid")
-    assert pids, "the grandchild never started"
-    assert not any(alive(p) for p in pids)
+    assert read_pids(workspace / "grandchild.pid"), "the grandchild never started"
+    assert not running_with(token)
 
 
 @pytest.mark.parametrize("use_cgroup", CONTAINMENT)
-def test_background_leftovers_are_killed_when_command_exits(workspace: Path, use_cgroup: bool) -> None:
-    result = LocalSandbox(use_cgroup=use_cgroup).run(request(workspace, [PY, "-c", DOUBLE_FORK, "1"]))
+def test_background_leftovers_are_killed_when_command_exits(
+    workspace: Path, use_cgroup: bool, token: str
+) -> None:
+    result = LocalSandbox(use_cgroup=use_cgroup).run(request(workspace, [PY, "-c", DOUBLE_FORK, "1", token]))
     assert result.exit_code == 0
-    pids = read_pids(workspace / "grandchild.pid")
-    assert pids and not any(alive(p) for p in pids)
+    assert read_pids(workspace / "grandchild.pid") and not running_with(token)
 
 
 @pytest.mark.parametrize("use_cgroup", CONTAINMENT)
@@ -165,12 +167,12 @@ def test_cpu_time_limit(workspace: Path) -> None:
     assert "CPU-time limit" in result.log_tail
 
 
-def test_kill_all_interrupts_and_cleans_up(workspace: Path) -> None:
+def test_kill_all_interrupts_and_cleans_up(workspace: Path, token: str) -> None:
     sandbox = LocalSandbox(grace_s=0.5)
     results = []
     runner = threading.Thread(
         target=lambda: results.append(
-            sandbox.run(request(workspace, [PY, "-c", DOUBLE_FORK, "300"], timeout_s=120))
+            sandbox.run(request(workspace, [PY, "-c", DOUBLE_FORK, "300", token], timeout_s=120))
         )
     )
     runner.start()
@@ -181,7 +183,7 @@ def test_kill_all_interrupts_and_cleans_up(workspace: Path) -> None:
     assert reaper.kill_all() >= 1
     runner.join(timeout=20)
     assert results and results[0].interrupted
-    assert not any(alive(p) for p in read_pids(workspace / "grandchild.pid"))
+    assert not running_with(token)
     assert reaper.live_count() == 0
 
 
@@ -198,27 +200,30 @@ signal.signal(signal.SIGINT, signal.default_int_handler)
 reaper.install_signal_handlers()
 ws = Path(sys.argv[1])
 LocalSandbox(grace_s=0.5).run(
-    SandboxRequest(command=[sys.executable, "-c", sys.argv[2], "300"], workspace=ws, log_path=ws / "log.txt")
+    SandboxRequest(
+        command=[sys.executable, "-c", sys.argv[2], "300", sys.argv[3]], workspace=ws, log_path=ws / "log.txt"
+    )
 )
 """
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
-def test_parent_killed_by_signal_leaves_no_orphans(workspace: Path, sig: int) -> None:
-    parent = subprocess.Popen([PY, "-c", PARENT, str(workspace), DOUBLE_FORK], cwd=Path(__file__).parents[2])
+def test_parent_killed_by_signal_leaves_no_orphans(workspace: Path, sig: int, token: str) -> None:
+    parent = subprocess.Popen(
+        [PY, "-c", PARENT, str(workspace), DOUBLE_FORK, token], cwd=Path(__file__).parents[2]
+    )
     try:
         for _ in range(200):
             if read_pids(workspace / "grandchild.pid"):
                 break
             time.sleep(0.05)
-        grandchildren = read_pids(workspace / "grandchild.pid")
-        assert grandchildren and all(alive(p) for p in grandchildren)
+        assert read_pids(workspace / "grandchild.pid") and len(running_with(token)) >= 2
         parent.send_signal(sig)
         assert parent.wait(timeout=20) != 0
     finally:
         parent.kill()
     for _ in range(50):
-        if not any(alive(p) for p in grandchildren):
+        if not running_with(token):
             break
         time.sleep(0.1)
-    assert not any(alive(p) for p in grandchildren)
+    assert not running_with(token)
