@@ -23,7 +23,7 @@ from websockets.sync.client import ClientConnection, connect
 
 from agent.approvals import Decision, publish_pending, read_decision
 from agent.proposers.base import Proposal, TrialRecord
-from tests.agent.service_support import running_service
+from tests.agent.service_support import add_users, running_service
 
 CHROMIUM = next(
     (found for name in ("chromium", "chromium-browser", "google-chrome") if (found := shutil.which(name))),
@@ -185,3 +185,45 @@ def test_approve_edit_and_reject_from_the_page(tmp_path: Path, browser: DevTools
 
         rows = browser.eval("document.querySelectorAll('#approvals .approval').length")
         assert rows == 3  # still pending: only the waiting run consumes a decision
+
+
+def test_sign_in_with_a_token_and_decide_as_its_user(tmp_path: Path, browser: DevTools) -> None:
+    home = tmp_path / "home"
+    run_dir = home / "runs" / "web-run"
+    for index, trial_id in enumerate(("t01", "t02"), start=1):
+        _publish(run_dir, trial_id, index)
+    tokens = add_users(home, {"grace": "approver", "val": "viewer"})
+    with running_service(home) as client:
+        browser.call("Page.navigate", url=str(client.base_url))
+        browser.wait("!document.querySelector('#signin').hidden")
+        assert (
+            browser.eval("document.querySelectorAll('.approval').length") == 0
+        )  # nothing shown without a token
+        card = '.approval[data-run="web-run"][data-trial="{}"]'
+
+        browser.type("#token", tokens["val"])
+        browser.click("#signin-button")
+        browser.wait(
+            "document.body.dataset.loaded === 'true' && document.querySelectorAll('.approval').length === 2"
+        )
+        assert browser.eval("document.querySelector('#user').textContent") == "val"
+        browser.click(card.format("t01") + " .approve")  # a viewer may look, not decide
+        browser.wait(
+            "document.querySelector('#message').textContent.includes('needs a bearer token of role')"
+        )
+        assert read_decision(run_dir, "t01") is None
+
+        browser.click("#signout")
+        browser.wait("!document.querySelector('#signin').hidden")
+        browser.type("#token", tokens["grace"])
+        browser.click("#signin-button")
+        browser.wait("document.querySelector('#user').textContent === 'grace'")
+        assert browser.eval("document.querySelector('#reviewer-line').hidden") is True  # the token says who
+        browser.wait("document.querySelectorAll('.approval').length === 2")
+        browser.click(card.format("t01") + " .approve")
+        approved = _decision(run_dir, "t01")
+        assert approved.action == "approve" and approved.by == "grace"
+        browser.wait("document.querySelector('#message').textContent.includes('t01: approve recorded')")
+        # the token is kept in this tab's sessionStorage and sent as a header, never as a cookie
+        assert browser.eval("document.cookie") == ""
+        assert browser.eval("sessionStorage.getItem('rlloop.token')") == tokens["grace"]
