@@ -33,6 +33,7 @@ from agent.trials import TrialSetupError, outcome, prepare_trial, python_for, sa
 from agent.workspace import RunPaths, atomic_write_json, ensure_home, new_run_id, prepare_workspace
 from grader.benchmarks import get_benchmark
 from sandbox.base import Sandbox
+from sandbox.registry import isolation_of
 
 FINISH_RESERVE_S = 20.0  # budget kept back for the final grading and bookkeeping
 
@@ -78,19 +79,18 @@ def make_proposer(config: RunConfig, budget: Budget) -> Proposer:
 
 
 def make_sandbox(config: RunConfig, reporter: Reporter) -> Sandbox:
-    """The configured backend; `auto` is Docker when the engine answers and the image is current, else local."""
-    from sandbox.registry import get_sandbox
+    """The configured backend (chosen in `sandbox.registry`, the one place that decides). A run that trains
+    unisolated says so once, here, and carries `isolation=none` everywhere its numbers go."""
+    from sandbox.registry import get_sandbox, isolation_of
 
-    if config.sandbox == "auto":
-        from sandbox.images import TRAINER_IMAGE
-        from sandbox.status import docker_status
-
-        status = docker_status(TRAINER_IMAGE)
-        if status.usable:
-            return get_sandbox("docker")
-        reporter.warn(f"trials run in the local sandbox, which does not isolate them: {status.summary()}")
-        return get_sandbox("local")
-    return get_sandbox(config.sandbox)
+    sandbox = get_sandbox(config.sandbox)
+    if isolation_of(sandbox) == "none":
+        why = getattr(sandbox, "isolation_reason", "") or "the backend does not isolate trials"
+        reporter.warn(
+            f"trials run in the {sandbox.name} sandbox WITHOUT isolation ({why}); every score of this run is "
+            "marked isolation=none"
+        )
+    return sandbox
 
 
 class Research:
@@ -196,6 +196,7 @@ class Research:
                 **self.config.model_dump(mode="json", exclude={"home"}),
                 "proposer": self.proposer.name,
                 "sandbox_backend": self.sandbox.name,
+                "isolation": isolation_of(self.sandbox),
                 "base_model_path": str(self.base_model),
             },
         )
@@ -240,6 +241,8 @@ class Research:
             recipes=_recipes(self.config.recipes),
             seed=self.config.seed,
             feedback=state.get("feedback"),
+            workspace=str(self.paths.workspace),
+            base_model_path=str(self.base_model),
         )
         failpoint("propose", index)
         try:
@@ -571,6 +574,7 @@ class Research:
             "duration_s": round(duration, 1),
             "success": success,
             "workspace": str(self.paths.workspace),
+            "isolation": isolation_of(self.sandbox),
         }
         append_result_row(self.config.home / "results.csv", row)
         scores = [float(s) for s in state.get("scores", [])]
@@ -588,7 +592,10 @@ class Research:
             if plot:
                 self.tracker.log_artifact(parent, plot)
             self.tracker.log_artifact(parent, self.paths.run_dir / "summary.json")
-            self.tracker.set_tags(parent, {"rlloop.status": status, "rlloop.stop_reason": reason})
+            self.tracker.set_tags(
+                parent,
+                {"rlloop.status": status, "rlloop.stop_reason": reason, "rlloop.isolation": row["isolation"]},
+            )
             self.tracker.finish(parent, success)
         return summary
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import sys
@@ -11,6 +12,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from agent.proposal_paths import closed_field_problems, proposal_problems
 from agent.proposers.base import Proposal, TrialRecord
 from agent.workspace import RunPaths, atomic_write_json, atomic_write_text
 from sandbox.base import Mount, Sandbox, SandboxRequest, SandboxResult
@@ -28,6 +30,30 @@ TRAIN_ENV = {
 
 class TrialSetupError(ValueError):
     """The proposal cannot be turned into a runnable trial (unknown recipe, bad hyperparameter, missing parent)."""
+
+
+class ProposalRefusedError(TrialSetupError):
+    """The proposal sets a field the loop owns or names a file outside the run's workspace (agent.proposal_paths)."""
+
+
+def check_proposal(proposal: Proposal, *, paths: RunPaths, base_model: Path) -> None:
+    """Refuse a proposal whose hyperparameters set loop-owned fields or name files outside the workspace.
+
+    Runs on the final proposal (after any human edit) before anything of the trial is written; a recipe's config
+    class finds path fields by type, a train_py's free-form config.json by name.
+    """
+    config_class = None
+    if not proposal.train_py:
+        from trainers.registry import get_recipe
+
+        # an unknown recipe is recipe_config's to report; field names still catch path fields here
+        with contextlib.suppress(KeyError):
+            config_class = get_recipe(proposal.recipe).config_class
+    problems = proposal_problems(
+        proposal.hyperparameters, config_class=config_class, workspace=paths.workspace, base_model=base_model
+    )
+    if problems:
+        raise ProposalRefusedError("refused: " + "; ".join(problems))
 
 
 def python_for(sandbox: Sandbox) -> str:
@@ -58,12 +84,15 @@ def recipe_config(
         raise TrialSetupError(
             str(exc.args[0]) if exc.args else f"unknown recipe {proposal.recipe!r}"
         ) from None
+    closed = closed_field_problems(proposal.hyperparameters)
+    if closed:
+        raise ProposalRefusedError("refused: " + "; ".join(closed))
     config: dict[str, Any] = {
+        **proposal.hyperparameters,
         "model_path": str(model_path),
         "train_file": str(paths.data_dir / "train.jsonl"),
         "output_dir": str(trial_dir / "output"),
         "benchmark": benchmark,
-        **proposal.hyperparameters,
     }
     try:
         validated = recipe.config_class.model_validate(config)
@@ -88,6 +117,7 @@ def prepare_trial(
     A trial that is re-run after a crash starts from a clean output folder, so a half-written checkpoint from the
     interrupted attempt can never be submitted.
     """
+    check_proposal(proposal, paths=paths, base_model=base_model)
     trial_dir = paths.trial_dir(trial_id)
     shutil.rmtree(trial_dir / "output", ignore_errors=True)
     trial_dir.mkdir(parents=True, exist_ok=True)
@@ -98,9 +128,9 @@ def prepare_trial(
         atomic_write_json(
             trial_dir / "config.json",
             {
+                **proposal.hyperparameters,
                 "model_path": str(model_path),
                 "output_dir": str(trial_dir / "output"),
-                **proposal.hyperparameters,
             },
         )
         return [python, str(trial_dir / "train.py")]

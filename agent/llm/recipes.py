@@ -16,10 +16,10 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from agent.proposal_paths import LOOP_OWNED_FIELDS  # fields the loop fills in; a proposal must not set them
+
 logger = logging.getLogger(__name__)
 
-# Config fields the loop fills in for every trial; a proposal must not set them.
-LOOP_OWNED_FIELDS = frozenset({"model_path", "train_file", "output_dir", "benchmark"})
 _PLACEHOLDER = "__set_by_the_loop__"
 
 
@@ -87,6 +87,10 @@ class RecipeCatalog:
             "Run as `python -m trainers <recipe> --config FILE`; `hyperparameters` are fields of its config."
         ]
         lines.append(f"Set by the loop, never in hyperparameters: {', '.join(sorted(LOOP_OWNED_FIELDS))}.")
+        lines.append(
+            "Path fields (*_file, *_path, *_dir) may name only files in the workspace, relative to it: "
+            "data/train.jsonl, data/valid.jsonl, trials/<id>/output (a model field may also be the base model)."
+        )
         for name in self.names():
             config = self.recipes[name]
             fields = self.settable_fields(name)

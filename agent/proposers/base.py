@@ -67,6 +67,9 @@ class ProposalContext(BaseModel):
     recipes: list[str] = Field(default_factory=list)
     seed: int = 0
     feedback: str | None = None  # e.g. a human's rejection reason for the previous proposal
+    # where the run's files are, so a proposer can check the paths it proposes (agent.proposal_paths); None: unknown
+    workspace: str | None = None
+    base_model_path: str | None = None
 
 
 @runtime_checkable

@@ -30,6 +30,7 @@ from agent.llm.prompts import (
     system_prompt,
 )
 from agent.llm.recipes import RecipeCatalog
+from agent.proposal_paths import closed_field_problems, proposal_problems
 from agent.proposers.base import Proposal, ProposalContext
 
 logger = logging.getLogger(__name__)
@@ -177,6 +178,15 @@ class LLMProposer:
             problem = check_code(proposal.train_py)
             if problem:
                 errors.append(problem)
+            errors += closed_field_problems(proposal.hyperparameters)
+        if context is not None and context.workspace:
+            errors += proposal_problems(
+                proposal.hyperparameters,
+                config_class=None if proposal.train_py else catalog.recipes.get(proposal.recipe),
+                workspace=Path(context.workspace),
+                base_model=Path(context.base_model_path) if context.base_model_path else None,
+                check_closed=False,  # reported above (catalog.validate, or closed_field_problems for code)
+            )
         if proposal.init_from is not None and context is not None:
             usable = {t.trial_id for t in context.trials if t.status == "succeeded" or t.checkpoint}
             if proposal.init_from not in usable:
