@@ -42,8 +42,8 @@ test: $(VENV)/.installed-dev
 	$(BIN)/python -m pytest -q -p no:cacheprovider --timeout=1800
 
 lint:
-	$(BIN)/ruff check agent sandbox grader trainers tests benchmarks
-	$(BIN)/ruff format --check agent sandbox grader trainers tests benchmarks
+	$(BIN)/ruff check agent sandbox grader tasks trainers tests benchmarks
+	$(BIN)/ruff format --check agent sandbox grader tasks trainers tests benchmarks
 
 typecheck:
 	$(BIN)/mypy

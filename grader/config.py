@@ -68,6 +68,8 @@ class GraderConfig(BaseModel):
     min_interval_s: float = Field(default=0.0, ge=0.0)
     public_fraction: float | None = Field(default=None, ge=0.0, lt=1.0)  # Kaggle-style public share of test
     split_seed: int = 0  # which test samples are public
+    # draws the hidden test split; None: a secret the grader keeps in private_dir (created once, reused on restart)
+    test_seed: int | None = None
     eval: EvalConfig = Field(default_factory=EvalConfig)
     limits: CheckpointLimits = Field(default_factory=CheckpointLimits)
     torch_threads: int | None = Field(default=None, ge=1)

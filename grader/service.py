@@ -22,6 +22,7 @@ import torch
 
 from grader.benchmarks import Benchmark, Sample, get_benchmark
 from grader.benchmarks.registry import write_jsonl
+from grader.benchmarks.secret import run_test_seed
 from grader.checkpoint import (
     BaseModelReference,
     CheckpointError,
@@ -114,7 +115,7 @@ class GraderService:
         from transformers import AutoTokenizer
 
         cfg = self.config
-        self.benchmark = get_benchmark(cfg.benchmark)
+        self.benchmark = get_benchmark(cfg.benchmark, run_test_seed(self.private_dir, cfg.test_seed))
         test = self.benchmark.load("test")
         write_jsonl(self.private_dir / "test.jsonl", test)
         self.samples = select_samples(test, cfg.eval)

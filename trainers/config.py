@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 
 class TrainerConfig(BaseModel):
-    """Fields every recipe understands. Files are JSONL with `prompt` and `answer` (see grader.benchmarks.Sample)."""
+    """Fields every recipe understands. Files are JSONL with `prompt` and `answer` (see tasks.Sample)."""
 
     model_config = ConfigDict(extra="forbid")
 

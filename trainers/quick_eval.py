@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-from grader.benchmarks import Benchmark, Sample, get_benchmark
+from tasks import Benchmark, Sample, get_benchmark
 
 
 def cut_at_stop(text: str, stop: Sequence[str]) -> str:

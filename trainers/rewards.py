@@ -1,4 +1,4 @@
-"""Reward functions for RL recipes, keyed by benchmark, built on `grader.answers` so training and grading agree.
+"""Reward functions for RL recipes, keyed by benchmark, built on `tasks.answers` so training and grading agree.
 
 Each follows TRL's signature: `fn(prompts, completions, answer, **kwargs) -> list[float]`, where `answer` is the
 dataset column of reference answers.
@@ -10,8 +10,8 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from grader.answers import extract_number, first_number, numbers_match
-from grader.benchmarks import Sample, UnknownBenchmarkError, get_benchmark
+from tasks import Sample, UnknownBenchmarkError, get_benchmark
+from tasks.answers import extract_number, first_number, numbers_match
 
 RewardFunc = Callable[..., list[float]]
 
@@ -95,7 +95,7 @@ def reward_functions(benchmark: str, kinds: Sequence[str] = ("correct",)) -> lis
                 except UnknownBenchmarkError:
                     raise ValueError(
                         f"no reward function for benchmark {benchmark!r}; known: {', '.join(sorted(_CORRECTNESS))} "
-                        "or any benchmark registered with the grader"
+                        "or any registered benchmark (see `rlloop benchmarks`)"
                     ) from None
         elif kind == "format":
             if benchmark not in _FORMAT:

@@ -135,7 +135,7 @@ def train_tiny_model(
     *, seed: int = 0, steps: int | None = None, progress: bool = True
 ) -> tuple[LlamaForCausalLM, PreTrainedTokenizerFast, dict[str, float]]:
     """Train tiny-arith in memory; returns (model, tokenizer, stats). `steps` overrides the recipe (calibration)."""
-    from grader.benchmarks import get_benchmark
+    from tasks import get_benchmark
 
     r = TINY_RECIPE
     n_steps = steps if steps is not None else r.train_steps
@@ -212,7 +212,7 @@ def build_tiny_arith(out_dir: Path, *, seed: int = 0, progress: bool = True) -> 
         "final_loss": round(stats["final_loss"], 4),
         "train_seconds": round(stats["train_seconds"], 2),
         "parameters": sum(p.numel() for p in model.parameters()),
-        "data": "grader.benchmarks arith 'train' split only: <bos>prompt answer<eos>, loss on answer and <eos>",
+        "data": "tasks arith 'train' split only: <bos>prompt answer<eos>, loss on answer and <eos>",
         "test_free": "trained on arith's train split only (it excludes every test problem); "
         "the step count was calibrated against the valid split",
         "built_by": "trainers.tiny.build_tiny_arith",

@@ -1,8 +1,6 @@
-"""`arith`: procedurally generated two-operand arithmetic with fixed seeds.
+"""`arith`'s hidden test split: drawn with the run's secret seed from the problems `tasks.arith` reserves for test.
 
-Small enough that a ~1M-parameter model learns it on a laptop CPU in minutes, hard enough that a briefly trained one
-gets only a fraction right: the benchmark rlloop's demo and tests run on. The hidden test split is generated first
-and every test problem is excluded from train and valid, so memorising train cannot leak test answers.
+Everything else about arith (prompts, scoring, train/valid) is public, in `tasks.arith`.
 """
 
 from __future__ import annotations
@@ -10,54 +8,45 @@ from __future__ import annotations
 import random
 from functools import lru_cache
 
-from grader.answers import first_number, numbers_match
-from grader.benchmarks.base import Sample, Split
+from grader.benchmarks.secret import DEFAULT_TEST_SEED
+from tasks.arith import (
+    MAX_OPERAND,
+    OPERATORS,
+    SPLIT_SEEDS,
+    SPLIT_SIZES,
+    TEST_MODULUS,
+    is_test_candidate,
+    problem_space,
+)
+from tasks.arith import ArithBenchmark as PublicArithBenchmark
+from tasks.base import Sample, Split
 
-SPLIT_SIZES: dict[str, int] = {"test": 1000, "valid": 300, "train": 12000}
-SPLIT_SEEDS: dict[str, int] = {"test": 1_000_003, "valid": 2_000_003, "train": 3_000_017}
-OPERATORS = ("+", "-")
-MAX_OPERAND = 99
-
-
-def _problem(rng: random.Random) -> tuple[str, str]:
-    a, b = rng.randint(0, MAX_OPERAND), rng.randint(0, MAX_OPERAND)
-    op = rng.choice(OPERATORS)
-    if op == "-" and b > a:
-        a, b = b, a
-    result = a + b if op == "+" else a - b
-    return f"{a}{op}{b}=", str(result)
-
-
-@lru_cache(maxsize=1)
-def _splits() -> dict[str, list[Sample]]:
-    taken: set[str] = set()
-    out: dict[str, list[Sample]] = {}
-    for split in ("test", "valid", "train"):  # test first: it claims its problems before anyone else
-        rng = random.Random(SPLIT_SEEDS[split])
-        samples: list[Sample] = []
-        while len(samples) < SPLIT_SIZES[split]:
-            prompt, answer = _problem(rng)
-            if prompt in taken:
-                continue
-            taken.add(prompt)
-            samples.append(Sample(id=f"arith-{split}-{len(samples)}", prompt=prompt, answer=answer))
-        out[split] = samples
-    return out
+__all__ = [
+    "MAX_OPERAND",
+    "OPERATORS",
+    "SPLIT_SEEDS",
+    "SPLIT_SIZES",
+    "TEST_MODULUS",
+    "ArithBenchmark",
+    "test_split",
+]
 
 
-class ArithBenchmark:
-    """Two-digit addition and subtraction; the answer is the number right after '='."""
+@lru_cache(maxsize=8)
+def test_split(seed: int) -> tuple[Sample, ...]:
+    """`SPLIT_SIZES["test"]` problems chosen by `seed` from the reserve (never in train or valid)."""
+    pool = [problem for problem in problem_space() if is_test_candidate(problem[0])]
+    chosen = random.Random(seed).sample(pool, SPLIT_SIZES["test"])
+    return tuple(Sample(id=f"arith-test-{i}", prompt=p, answer=a) for i, (p, a) in enumerate(chosen))
 
-    name = "arith"
-    description = (
-        "Two-operand integer arithmetic: prompts like '37+58=' or '72-19=', operands 0-99, non-negative results. "
-        "The model must write the result right after '=' and stop. Score: exact match of the first number written."
-    )
-    max_new_tokens = 6
-    stop = ["\n", " "]
+
+class ArithBenchmark(PublicArithBenchmark):
+    """arith as the grader sees it: the public benchmark plus the test split of `test_seed`."""
+
+    def __init__(self, test_seed: int = DEFAULT_TEST_SEED) -> None:
+        self.test_seed = test_seed
 
     def load(self, split: Split) -> list[Sample]:
-        return list(_splits()[split])
-
-    def score(self, completion: str, sample: Sample) -> float:
-        return 1.0 if numbers_match(first_number(completion), sample.answer) else 0.0
+        if split == "test":
+            return list(test_split(self.test_seed))
+        return super().load(split)

@@ -1,143 +1,45 @@
-"""`gsm8k`: grade-school math word problems, scored by exact match of the final number.
+"""`gsm8k`'s test split: the official test file, read by the grader only (the sandbox never mounts the data).
 
-Data comes from a local JSONL folder (`RLLOOP_GSM8K_DIR`, else `../shared/data/gsm8k` beside the repository or the
-working directory) with `question` / `answer` lines, or from the Hugging Face hub via `datasets` when online.
-`valid` is carved out of the official train file with a fixed seed; `test` is the official test file. Few-shot
-exemplars always come from `train` (never test). The calculator annotations `<<16-3=13>>` are removed from
-reference solutions.
+Prompts, scoring, and train/valid are public, in `tasks.gsm8k`. The test set is fixed data, so `test_seed` does not
+change it.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import random
-import re
-from functools import lru_cache
 from pathlib import Path
 
-from grader.answers import extract_number, normalize_number, numbers_match
-from grader.benchmarks.base import Sample, Split
+from grader.benchmarks.secret import DEFAULT_TEST_SEED
+from tasks.base import Sample, Split
+from tasks.gsm8k import (
+    VALID_SEED,
+    VALID_SIZE,
+    GSM8KDataError,
+    data_dir_candidates,
+    find_data_dir,
+    make_sample,
+    solution_text,
+)
+from tasks.gsm8k import GSM8KBenchmark as PublicGSM8KBenchmark
 
-VALID_SIZE = 500
-VALID_SEED = 20_240_607
-_CALC = re.compile(r"<<[^>]*>>")
-_REPO_ROOT = Path(__file__).resolve().parents[2]
-
-
-class GSM8KDataError(RuntimeError):
-    """The dataset cannot be found or read; the message says where the grader looked and what to do."""
-
-
-def data_dir_candidates() -> list[Path]:
-    """Where the local copy may be, in order of preference."""
-    env = os.environ.get("RLLOOP_GSM8K_DIR")
-    if env:
-        return [Path(env)]
-    return [_REPO_ROOT.parent / "shared" / "data" / "gsm8k", Path.cwd().parent / "shared" / "data" / "gsm8k"]
-
-
-def _read_jsonl(path: Path) -> list[dict[str, str]]:
-    rows: list[dict[str, str]] = []
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                raise GSM8KDataError(
-                    f"{path}:{number} is not valid JSON; restore the file from the source"
-                ) from None
-            if "question" not in row or "answer" not in row:
-                raise GSM8KDataError(f"{path}:{number} lacks 'question' or 'answer'")
-            rows.append({"question": str(row["question"]), "answer": str(row["answer"])})
-    return rows
+__all__ = [
+    "VALID_SEED",
+    "VALID_SIZE",
+    "GSM8KBenchmark",
+    "GSM8KDataError",
+    "data_dir_candidates",
+    "find_data_dir",
+    "solution_text",
+]
 
 
-def _load_from_hub() -> dict[str, list[dict[str, str]]]:
-    try:
-        from datasets import load_dataset
+class GSM8KBenchmark(PublicGSM8KBenchmark):
+    """gsm8k as the grader sees it: the public benchmark plus the official test file."""
 
-        data = load_dataset("openai/gsm8k", "main")
-    except Exception as exc:  # noqa: BLE001 - offline or hub errors all mean "no data here"
-        looked = ", ".join(str(p) for p in data_dir_candidates())
-        raise GSM8KDataError(
-            f"GSM8K not found locally (looked in {looked}) and the hub is unreachable ({type(exc).__name__}); "
-            "set RLLOOP_GSM8K_DIR to a folder with train.jsonl and test.jsonl"
-        ) from None
-    return {
-        split: [{"question": r["question"], "answer": r["answer"]} for r in data[split]]
-        for split in ("train", "test")
-    }
-
-
-@lru_cache(maxsize=4)
-def _raw(data_dir: str | None) -> dict[str, list[dict[str, str]]]:
-    if data_dir is None:
-        return _load_from_hub()
-    folder = Path(data_dir)
-    return {split: _read_jsonl(folder / f"{split}.jsonl") for split in ("train", "test")}
-
-
-def find_data_dir() -> Path | None:
-    for candidate in data_dir_candidates():
-        if (candidate / "train.jsonl").is_file() and (candidate / "test.jsonl").is_file():
-            return candidate
-    return None
-
-
-def solution_text(raw_answer: str) -> str:
-    """The reference reasoning without calculator annotations, ending in 'The answer is N.'."""
-    body, _, final = raw_answer.rpartition("####")
-    return f"{_CALC.sub('', body).strip()}\nThe answer is {final.strip()}."
-
-
-def _sample(split: str, index: int, row: dict[str, str]) -> Sample:
-    final = row["answer"].rpartition("####")[2].strip()
-    return Sample(
-        id=f"gsm8k-{split}-{index}",
-        prompt=f"Question: {row['question'].strip()}\nAnswer:",
-        answer=normalize_number(final) or final,
-        meta={"question": row["question"].strip(), "solution": solution_text(row["answer"])},
-    )
-
-
-class GSM8KBenchmark:
-    """GSM8K with zero-shot ("default", "cot") and few-shot (EvalConfig.few_shot) chain-of-thought prompts."""
-
-    name = "gsm8k"
-    description = (
-        "GSM8K grade-school math word problems (test: 1,319). The model reasons step by step and ends with "
-        "'The answer is N.' (or '#### N'). Score: exact match of the final number, commas and '$' ignored."
-    )
-    max_new_tokens = 256
-    stop = ["\nQuestion:", "\n\n\n"]
-    prompt_formats = ["default", "cot"]
-
-    def __init__(self, data_dir: Path | None = None) -> None:
-        self._data_dir = data_dir
-
-    def _rows(self) -> dict[str, list[dict[str, str]]]:
-        folder = self._data_dir or find_data_dir()
-        return _raw(str(folder) if folder else None)
+    def __init__(self, data_dir: Path | None = None, test_seed: int = DEFAULT_TEST_SEED) -> None:
+        super().__init__(data_dir)
+        self.test_seed = test_seed  # unused: the official file is the test set
 
     def load(self, split: Split) -> list[Sample]:
-        raw = self._rows()
         if split == "test":
-            return [_sample("test", i, row) for i, row in enumerate(raw["test"])]
-        indices = list(range(len(raw["train"])))
-        random.Random(VALID_SEED).shuffle(indices)
-        valid = set(indices[:VALID_SIZE])
-        chosen = (
-            sorted(valid) if split == "valid" else [i for i in range(len(raw["train"])) if i not in valid]
-        )
-        return [_sample("train", i, raw["train"][i]) for i in chosen]
-
-    def format_prompt(self, sample: Sample, prompt_format: str, exemplars: list[Sample]) -> str:
-        cue = " Let's think step by step." if prompt_format == "cot" else ""
-        shots = "".join(f"{ex.prompt} {ex.meta.get('solution', ex.answer)}\n\n" for ex in exemplars)
-        return f"{shots}{sample.prompt}{cue}"
-
-    def score(self, completion: str, sample: Sample) -> float:
-        return 1.0 if numbers_match(extract_number(completion), sample.answer) else 0.0
+            return [make_sample("test", i, row) for i, row in enumerate(self._rows("test"))]
+        return super().load(split)

@@ -18,6 +18,7 @@ from grader.benchmarks import (
 )
 from grader.benchmarks.countdown import check_solution, evaluate_expression
 from grader.benchmarks.gsm8k import GSM8KBenchmark, GSM8KDataError, find_data_dir
+from grader.benchmarks.secret import run_test_seed
 from grader.config import EvalConfig
 from grader.evaluation import build_prompts
 
@@ -60,8 +61,10 @@ def test_gsm8k_loads_from_the_shared_folder() -> None:
 
 def test_gsm8k_bad_folder_is_reported(tmp_path: Path) -> None:
     (tmp_path / "train.jsonl").write_text('{"question": "q"}\n')
-    (tmp_path / "test.jsonl").write_text("")
+    (tmp_path / "test.jsonl").write_text("not json\n")
     with pytest.raises(GSM8KDataError, match="train.jsonl:1 lacks"):
+        GSM8KBenchmark(data_dir=tmp_path).load("train")
+    with pytest.raises(GSM8KDataError, match="test.jsonl:1 is not valid JSON"):
         GSM8KBenchmark(data_dir=tmp_path).load("test")
 
 
@@ -83,6 +86,30 @@ def test_countdown_reference_solutions_score_and_parser_is_safe() -> None:
     assert not check_solution("-3 + 5 * 4", nums, 17)  # unary minus is not allowed
     assert not check_solution("(3 + 5) * 4\n(1)", nums, 31)
     assert evaluate_expression("7 / 2")[0] * 2 == 7
+
+
+@pytest.mark.parametrize("name", ["arith", "countdown"])
+def test_procedural_test_splits_come_from_the_seed_and_never_overlap_train(name: str) -> None:
+    first, again, other = (get_benchmark(name, seed).load("test") for seed in (7, 7, 8))
+    assert [s.model_dump() for s in first] == [s.model_dump() for s in again]  # one seed, one test set
+    assert {s.prompt for s in first} != {s.prompt for s in other}  # another seed, another set
+    public = get_benchmark(name)
+    seen = {s.prompt for split in ("train", "valid") for s in public.load(split)}  # type: ignore[arg-type]
+    for test in (first, other):
+        assert not {s.prompt for s in test} & seen and len({s.prompt for s in test}) == len(test)
+        assert all(public.score(s.answer, s) == 1.0 for s in test)
+
+
+def test_the_run_test_seed_is_made_once_and_kept(tmp_path: Path) -> None:
+    seed = run_test_seed(tmp_path)
+    assert run_test_seed(tmp_path) == seed and (tmp_path / "test_seed").stat().st_mode & 0o077 == 0
+    assert run_test_seed(tmp_path, explicit=42) == 42 and run_test_seed(tmp_path) == seed
+    other_run = tmp_path / "other-run"
+    other_run.mkdir()
+    assert run_test_seed(other_run) != seed  # 63 random bits per run
+    (tmp_path / "test_seed").write_text("garbage")
+    with pytest.raises(ValueError, match="does not hold an integer test seed"):
+        run_test_seed(tmp_path)
 
 
 def test_registry_builtins_and_unknown() -> None:

@@ -212,8 +212,19 @@ def test_a_corrupt_cache_is_regenerated(tmp_path: Path) -> None:
     cache = tmp_path / "cache" / "games" / f"{bench.cache_key()}.json"
     cache.parent.mkdir(parents=True)
     cache.write_text("{not json")
-    samples = bench.load("test")
-    assert len(samples) == 5 and json.loads(cache.read_text())["test"][0]["id"] == samples[0].id
+    samples = bench.load("train")
+    cached = json.loads(cache.read_text())
+    assert cached["train"][0]["id"] == samples[0].id
+    # the disk cache (readable by whoever shares the home folder) never holds test games
+    assert set(cached) == {"train", "valid"} and len(bench.load("test")) == 5
+
+
+def test_test_games_follow_the_seed_and_avoid_public_positions(game: TextArenaGameBenchmark) -> None:
+    first = game.load("test")
+    other = type(game)(split_sizes=game.split_sizes, test_seed=99).load("test")  # type: ignore[call-arg]
+    assert {s.prompt for s in first} != {s.prompt for s in other}
+    public = {s.prompt for s in game.load("train") + game.load("valid") if s.meta["turn"] == 0}
+    assert not {s.prompt for s in other} & public and len(other) == game.split_sizes["test"]
 
 
 @pytest.mark.slow

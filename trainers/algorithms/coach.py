@@ -17,7 +17,7 @@ from typing import Any, Literal
 import torch
 from pydantic import BaseModel, Field, ValidationError
 
-from grader.benchmarks import Sample
+from tasks import Sample
 from trainers import losses, runtime
 from trainers.algorithms import onpolicy as op
 from trainers.algorithms.opcd import OPCDConfig, distill

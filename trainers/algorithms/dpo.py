@@ -17,8 +17,8 @@ from typing import Literal
 from pydantic import Field
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from grader.answers import normalize_number
-from grader.benchmarks import Sample, get_benchmark
+from tasks import Sample, get_benchmark
+from tasks.answers import normalize_number
 from trainers import runtime
 from trainers.algorithms import onpolicy as op
 from trainers.config import TrainerConfig

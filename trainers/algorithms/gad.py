@@ -17,7 +17,7 @@ import torch
 from pydantic import Field
 from transformers import AutoModelForSequenceClassification, PreTrainedModel, PreTrainedTokenizerBase
 
-from grader.benchmarks import Sample
+from tasks import Sample
 from trainers import losses, runtime
 from trainers.algorithms import onpolicy as op
 from trainers.registry import Recipe

@@ -23,7 +23,7 @@ from typing import Any, Literal
 from pydantic import Field
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from grader.benchmarks import Sample, get_benchmark
+from tasks import Sample, get_benchmark
 from trainers import runtime
 from trainers.algorithms import onpolicy as op
 from trainers.algorithms.coach import Coach

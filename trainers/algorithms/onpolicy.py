@@ -21,7 +21,7 @@ import torch
 from pydantic import Field, model_validator
 from transformers import AutoModelForCausalLM, PreTrainedModel, PreTrainedTokenizerBase
 
-from grader.benchmarks import Sample, get_benchmark
+from tasks import Sample, get_benchmark
 from trainers import runtime
 from trainers.config import TrainerConfig
 from trainers.data import read_jsonl

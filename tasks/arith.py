@@ -1,0 +1,78 @@
+"""`arith`: procedurally generated two-operand arithmetic; train and valid from fixed public seeds.
+
+Small enough that a ~1M-parameter model learns it on a laptop CPU in minutes, hard enough that a briefly trained one
+gets only a fraction right: the benchmark rlloop's demo and tests run on. One problem in `TEST_MODULUS` (by a hash
+of its prompt) is reserved for test candidates and never appears in train or valid; the grader draws its hidden
+test split from that reserve with a secret seed, so memorising train cannot leak test answers and no trial can
+regenerate the test split.
+"""
+
+from __future__ import annotations
+
+import random
+from functools import lru_cache
+
+from tasks.answers import first_number, numbers_match
+from tasks.base import Sample, Split, public_split, reserved_for_test
+
+SPLIT_SIZES: dict[str, int] = {"test": 1000, "valid": 300, "train": 12000}
+SPLIT_SEEDS: dict[str, int] = {"valid": 2_000_003, "train": 3_000_017}
+OPERATORS = ("+", "-")
+MAX_OPERAND = 99
+TEST_MODULUS = 7  # ~2,150 of the 15,050 distinct problems are test candidates
+
+
+def _problem(rng: random.Random) -> tuple[str, str]:
+    a, b = rng.randint(0, MAX_OPERAND), rng.randint(0, MAX_OPERAND)
+    op = rng.choice(OPERATORS)
+    if op == "-" and b > a:
+        a, b = b, a
+    result = a + b if op == "+" else a - b
+    return f"{a}{op}{b}=", str(result)
+
+
+def problem_space() -> list[tuple[str, str]]:
+    """Every distinct problem, in a fixed order: (prompt, answer)."""
+    plus = [(f"{a}+{b}=", str(a + b)) for a in range(MAX_OPERAND + 1) for b in range(MAX_OPERAND + 1)]
+    minus = [(f"{a}-{b}=", str(a - b)) for a in range(MAX_OPERAND + 1) for b in range(a + 1)]
+    return plus + minus
+
+
+def is_test_candidate(prompt: str) -> bool:
+    return reserved_for_test("arith", prompt, TEST_MODULUS)
+
+
+@lru_cache(maxsize=1)
+def _splits() -> dict[str, list[Sample]]:
+    taken: set[str] = set()
+    out: dict[str, list[Sample]] = {}
+    for split in ("valid", "train"):
+        rng = random.Random(SPLIT_SEEDS[split])
+        samples: list[Sample] = []
+        while len(samples) < SPLIT_SIZES[split]:
+            prompt, answer = _problem(rng)
+            if prompt in taken or is_test_candidate(prompt):
+                continue
+            taken.add(prompt)
+            samples.append(Sample(id=f"arith-{split}-{len(samples)}", prompt=prompt, answer=answer))
+        out[split] = samples
+    return out
+
+
+class ArithBenchmark:
+    """Two-digit addition and subtraction; the answer is the number right after '='."""
+
+    name = "arith"
+    description = (
+        "Two-operand integer arithmetic: prompts like '37+58=' or '72-19=', operands 0-99, non-negative results. "
+        "The model must write the result right after '=' and stop. Score: exact match of the first number written."
+    )
+    max_new_tokens = 6
+    stop = ["\n", " "]
+
+    def load(self, split: Split) -> list[Sample]:
+        public_split(self.name, split)
+        return list(_splits()[split])
+
+    def score(self, completion: str, sample: Sample) -> float:
+        return 1.0 if numbers_match(first_number(completion), sample.answer) else 0.0
