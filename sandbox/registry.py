@@ -1,4 +1,5 @@
-"""Pick a sandbox backend by name: "local", "docker", "ray", or "auto" (docker when usable, else local)."""
+"""Pick a sandbox backend by name: "local", "docker", "ray", or "auto" (docker when usable, else local); the one
+place that decides, for research runs and external agents alike."""
 
 from __future__ import annotations
 
@@ -41,8 +42,16 @@ def list_backends() -> list[str]:
     return sorted([*_BACKENDS, "auto"])
 
 
+def isolation_of(sandbox: Sandbox) -> str:
+    """How a backend isolates its trials: "container" (docker), "namespaces" (local with bubblewrap), or "none".
+    A run that trains unisolated carries `isolation=none` on every score, MLflow run, results row and report."""
+    level = getattr(sandbox, "isolation", None)
+    return level if isinstance(level, str) and level else "none"
+
+
 def get_sandbox(name: str = "auto", **opts: Any) -> Sandbox:
-    """The backend called `name`, built with `opts`. "auto" says once, in a warning, why it fell back to local."""
+    """The backend called `name`, built with `opts`. "auto": docker when the engine answers and the image is there,
+    else local, isolated by namespaces where this machine can; when it cannot, it says so once, in a warning."""
     if name == "auto":
         from sandbox.images import TRAINER_IMAGE
         from sandbox.status import docker_status
@@ -50,10 +59,18 @@ def get_sandbox(name: str = "auto", **opts: Any) -> Sandbox:
         status = docker_status(opts.get("image", TRAINER_IMAGE))
         if status.usable:
             return _docker(**opts)
-        log.warning("sandbox 'auto' is using the local backend (no isolation): %s", status.summary())
         opts.pop("image", None)
-        return _local(**opts)
+        local = _local(**opts)
+        if isolation_of(local) == "none":
+            log.warning(
+                "sandbox 'auto' is using the local backend with NO isolation (isolation=none): %s; and %s",
+                getattr(local, "isolation_reason", "no namespaces"),
+                status.summary(),
+            )
+        return local
     factory = _BACKENDS.get(name)
     if factory is None:
         raise ValueError(f"unknown sandbox {name!r}: choose one of {', '.join(list_backends())}")
+    if name == "local":
+        opts.setdefault("isolate", True)  # asked for by name: isolated, or a clear error that says why not
     return factory(**opts)

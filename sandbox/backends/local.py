@@ -34,7 +34,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from sandbox import namespaces, reaper
-from sandbox.base import Mount, SandboxRequest, SandboxResult, SandboxUnavailableError
+from sandbox.base import CleanupReport, Mount, SandboxRequest, SandboxResult, SandboxUnavailableError
 from sandbox.devices import gpu_lease
 from sandbox.jail import Jail
 from sandbox.logstream import CappedLog, pump
@@ -265,28 +265,28 @@ class LocalSandbox:
         )
         return argv, gate
 
-    def cleanup(self, labels: dict[str, str] | None = None) -> int:
+    def cleanup(self, labels: dict[str, str] | None = None) -> CleanupReport:
         """Stop the runs of this sandbox whose labels include `labels` (all of them when None): the live ones of
         this process, and those another process left behind (found by the labels on their outermost process;
-        a dead run's trial, for instance). Returns how many runs were stopped."""
+        a dead run's trial, for instance). Returns what was stopped ("trial process of t03")."""
         with self._lock:
             runs = list(self._runs.values())
-        stopped = 0
+        stopped: list[str] = []
         mine: set[int] = set()
         for run_labels, jail in runs:
             if jail.leader is not None:
                 mine.add(jail.leader)
             if _labels_match(run_labels, labels):
                 jail.signal(signal.SIGKILL)
-                stopped += 1
+                stopped.append(f"trial process of {run_labels.get('rlloop.trial', '?')}")
         for pid, run_labels in _labelled_processes().items():
             if pid not in mine and _labels_match(run_labels, labels):
                 with contextlib.suppress(OSError):
                     os.killpg(pid, signal.SIGKILL)
                 with contextlib.suppress(OSError):
                     os.kill(pid, signal.SIGKILL)
-                stopped += 1
-        return stopped
+                stopped.append(f"leftover trial process of {run_labels.get('rlloop.trial', '?')} (pid {pid})")
+        return CleanupReport(stopped)
 
 
 def _open_gate(request: SandboxRequest) -> UnixRelay:

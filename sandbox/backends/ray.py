@@ -23,6 +23,7 @@ import time
 import uuid
 from typing import Any
 
+from sandbox import namespaces
 from sandbox.base import SandboxRequest, SandboxResult
 
 MARKER_ENV = "RLLOOP_RAY_TRIAL"
@@ -66,6 +67,8 @@ class RaySandbox:
             raise ValueError(f"unknown inner sandbox {inner!r}: use auto, docker or local")
         self.address = address or os.environ.get("RAY_ADDRESS")
         self.inner = inner if inner != "auto" else ("docker" if _docker_usable() else "local")
+        # as the driver's machine can do it; a Ray node runs its trials in its own local or docker sandbox
+        self.isolation = "container" if self.inner == "docker" else namespaces.probe().level
         self.max_retries = max_retries
         self.init_kwargs = init_kwargs or {}
         self._live: dict[str, tuple[dict[str, str], Any]] = {}

@@ -227,3 +227,61 @@ def test_parent_killed_by_signal_leaves_no_orphans(workspace: Path, sig: int, to
             break
         time.sleep(0.1)
     assert not running_with(token)
+
+
+LABELLED_PARENT = """
+import sys
+from pathlib import Path
+from sandbox.backends.local import LocalSandbox
+from sandbox.base import SandboxRequest
+ws = Path(sys.argv[1])
+LocalSandbox(isolate=sys.argv[4] == "isolated").run(
+    SandboxRequest(
+        command=[sys.executable, "-c", sys.argv[2], "300", sys.argv[3]],
+        workspace=ws,
+        log_path=ws / "log.txt",
+        labels={"rlloop.run": sys.argv[3], "rlloop.trial": "t01"},
+    )
+)
+"""
+
+
+def _start_labelled_parent(workspace: Path, token: str, mode: str) -> subprocess.Popen[bytes]:
+    parent = subprocess.Popen(
+        [PY, "-c", LABELLED_PARENT, str(workspace), DOUBLE_FORK, token, mode], cwd=Path(__file__).parents[2]
+    )
+    for _ in range(200):
+        if read_pids(workspace / "grandchild.pid"):
+            break
+        time.sleep(0.05)
+    assert read_pids(workspace / "grandchild.pid"), "the trial never started"
+    return parent
+
+
+def test_isolated_trial_dies_with_a_parent_killed_by_sigkill(workspace: Path, token: str) -> None:
+    parent = _start_labelled_parent(workspace, token, "isolated")
+    assert len(running_with(token)) >= 2
+    parent.kill()  # SIGKILL: no handler of the parent runs
+    parent.wait()
+    deadline = time.monotonic() + 5
+    while running_with(token) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not running_with(token), "a process of the trial outlived its run by 5 s"
+
+
+def test_cleanup_ends_what_a_dead_unisolated_run_left(workspace: Path, token: str) -> None:
+    parent = _start_labelled_parent(workspace, token, "unisolated")
+    parent.kill()
+    parent.wait()
+    time.sleep(0.5)
+    assert running_with(token), (
+        "unisolated, the double-forked grandchild survives its run (what cleanup is for)"
+    )
+    assert LocalSandbox(isolate=False).cleanup({"rlloop.run": "some-other-run"}) == 0
+    report = LocalSandbox(isolate=False).cleanup({"rlloop.run": token})
+    assert report >= 1 and any("t01" in what for what in report.what)
+    for _ in range(50):
+        if not running_with(token):
+            break
+        time.sleep(0.1)
+    assert not running_with(token)

@@ -7,11 +7,12 @@ import logging
 import pytest
 from typer.testing import CliRunner
 
-from sandbox import get_sandbox, list_backends
+from sandbox import get_sandbox, list_backends, namespaces
 from sandbox.backends.local import LocalSandbox
-from sandbox.base import Sandbox
+from sandbox.base import Sandbox, SandboxUnavailableError
 from sandbox.cli import app
 from sandbox.images import inputs_hash, pinned_requirements
+from sandbox.registry import isolation_of
 from sandbox.status import docker_status
 
 
@@ -31,7 +32,21 @@ def test_auto_falls_back_to_local_with_one_warning(caplog: pytest.LogCaptureFixt
         sandbox = get_sandbox("auto", image="rlloop/no-such-image:never")
     assert isinstance(sandbox, LocalSandbox)
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
-    assert len(warnings) == 1 and "local backend" in warnings[0].getMessage()
+    if isolation_of(sandbox) == "namespaces":  # isolated: nothing to warn about
+        assert not warnings
+    else:
+        assert len(warnings) == 1 and "NO isolation (isolation=none)" in warnings[0].getMessage()
+
+
+def test_isolation_is_declared_per_backend() -> None:
+    assert isolation_of(get_sandbox("local", isolate=False)) == "none"
+    unisolated = LocalSandbox(isolate=False)
+    assert unisolated.isolation == "none" and unisolated.bwrap is None
+    if namespaces.probe().isolated:
+        assert isolation_of(get_sandbox("local")) == "namespaces"
+    else:
+        with pytest.raises(SandboxUnavailableError, match="cannot isolate trials here"):
+            get_sandbox("local")
 
 
 def test_docker_status_for_a_missing_image() -> None:
