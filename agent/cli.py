@@ -385,7 +385,7 @@ def main() -> None:
     import logging
 
     # `rlloop benchmarks` reports broken definitions itself
-    logging.getLogger("grader.benchmarks.registry").setLevel(logging.ERROR)
+    logging.getLogger("tasks.registry").setLevel(logging.ERROR)
     app()
 
 

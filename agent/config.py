@@ -80,6 +80,11 @@ class RunConfig(BaseSettings):
         description="Share of the hidden test set whose score /submit returns; 0 disables.",
     )
     eval_limit: int | None = Field(None, ge=1, description="Grade on the first N hidden test samples only.")
+    test_seed: int | None = Field(
+        None,
+        description="Seed of the hidden test split (same seed, same test set across runs); "
+        "default: a secret the grader draws once per run.",
+    )
     eval_batch_size: int = Field(64, ge=1)
     run_id: str | None = Field(
         None, description="Name the run (default: time, benchmark and a random suffix)."

@@ -267,6 +267,7 @@ def run_external(
         public_fraction=config.public_fraction,
         eval_limit=config.eval_limit,
         eval_batch_size=config.eval_batch_size,
+        test_seed=config.test_seed,
     )
     tracker = Tracker(config.tracking_uri, home / "mlartifacts")
     relay: TokenRelay | None = None

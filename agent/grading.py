@@ -52,6 +52,7 @@ def grader_config(
     eval_limit: int | None,
     eval_batch_size: int,
     host: str = "127.0.0.1",
+    test_seed: int | None = None,
 ) -> dict[str, Any]:
     """The grader's config: its private folder, the one root submissions may come from, and the run's rules."""
     return {
@@ -67,6 +68,7 @@ def grader_config(
         "max_submissions": max_submissions,
         "min_interval_s": min_interval_s,
         "public_fraction": public_fraction or None,
+        "test_seed": test_seed,  # None: the grader's own secret, in its private folder
         "eval": {"limit": eval_limit, "batch_size": eval_batch_size},
     }
 

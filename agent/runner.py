@@ -140,6 +140,7 @@ class Research:
                 public_fraction=self.config.public_fraction,
                 eval_limit=self.config.eval_limit,
                 eval_batch_size=self.config.eval_batch_size,
+                test_seed=self.config.test_seed,
             )
             started = time.monotonic()
             with self.reporter.watching("starting the grading server and scoring the baseline"):

@@ -3,7 +3,7 @@
 #
 # Built by `rlloop sandbox build` (sandbox/images.py), which assembles the context:
 #   wheelhouse/      wheels of the runtime deps + requirements.txt (pinned to the host's versions)
-#   src/             pyproject.toml, README.md and the agent/ sandbox/ grader/ trainers/ packages
+#   src/             a minimal pyproject.toml and the tasks/ trainers/ packages (never grader/ or agent/)
 # Online it starts FROM python:3.11-slim; offline FROM rlloop/base:bookworm (debootstrap'ed Debian bookworm, whose
 # python3 is 3.11 like the host, so the host's wheels fit).
 ARG BASE_IMAGE=python:3.11-slim

@@ -41,7 +41,26 @@ RUNTIME_PACKAGES = (
     "pydantic",
     "pyyaml",
 )
-PACKAGES = ("agent", "sandbox", "grader", "trainers")
+# The rlloop packages a trial imports, in the image and mounted live over it. Never grader/ or agent/: they know how
+# the hidden test split is drawn (tests/tasks/test_public.py keeps tasks/ and trainers/ from importing them).
+PACKAGES = ("tasks", "trainers")
+# The image installs only PACKAGES, so it gets its own minimal project file (the repository's names agent's CLI).
+IMAGE_PYPROJECT = f"""[build-system]
+requires = ["setuptools>=69", "wheel"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "rlloop-trial"
+version = "0.1.0"
+description = "What a trial in the rlloop trainer image may import: {", ".join(PACKAGES)}."
+requires-python = ">=3.11"
+
+[tool.setuptools.packages.find]
+include = [{", ".join(f'"{p}*"' for p in PACKAGES)}]
+
+[tool.setuptools.package-data]
+"*" = ["*.md", "*.json", "*.yaml"]
+"""
 DEBIAN_MIRROR = "http://deb.debian.org/debian"
 
 Say = Callable[[str], None]
@@ -72,7 +91,7 @@ def pinned_requirements() -> list[str]:
 
 def source_files() -> list[Path]:
     root = project_root()
-    files = [root / "pyproject.toml"]
+    files: list[Path] = []
     for package in PACKAGES:
         files += sorted(
             p for p in (root / package).rglob("*") if p.is_file() and "__pycache__" not in p.parts
@@ -87,6 +106,7 @@ def inputs_hash(gpu: bool = False, base: str | None = None, requirements: list[s
     digest.update(dockerfile(gpu).read_bytes())
     digest.update((base or "").encode())
     digest.update("\n".join(requirements if requirements is not None else pinned_requirements()).encode())
+    digest.update(IMAGE_PYPROJECT.encode())  # which packages the image carries is part of its identity
     # The rlloop sources are not part of the identity: trials run the host's current packages, mounted read-only
     # over the image's copy (see DockerSandbox), so editing code never makes the image stale; dependencies do.
     del root
@@ -208,9 +228,7 @@ def _assemble_context(ctx: Path, gpu: bool, house: Path) -> None:
     shutil.copy(house / "requirements.txt", wheels / "requirements.txt")
     src = ctx / "src"
     src.mkdir()
-    shutil.copy(root / "pyproject.toml", src / "pyproject.toml")
-    readme = root / "README.md"
-    (src / "README.md").write_text(readme.read_text() if readme.exists() else "rlloop\n")
+    (src / "pyproject.toml").write_text(IMAGE_PYPROJECT)
     for package in PACKAGES:
         shutil.copytree(root / package, src / package, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
 

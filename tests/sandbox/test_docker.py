@@ -96,6 +96,38 @@ def test_runs_as_non_root_in_workspace(sandbox: DockerSandbox, run_dir: Path, la
     assert result.image_digest and result.image_digest.startswith("sha256:")
 
 
+def test_trials_cannot_reach_the_hidden_test_split(
+    sandbox: DockerSandbox, run_dir: Path, labels: dict[str, str]
+) -> None:
+    """The image and its live mounts carry tasks/ and trainers/ only: no grader to regenerate the test set with."""
+    code = (
+        PROBE
+        + """
+import tasks
+attempt("import_grader", lambda: __import__("grader"))
+attempt("import_agent", lambda: __import__("agent"))
+attempt("import_sandbox", lambda: __import__("sandbox"))
+attempt("arith_test", lambda: tasks.get_benchmark("arith").load("test"))
+attempt("arith_train", lambda: print("TRAIN", len(tasks.get_benchmark("arith").load("train"))))
+try:
+    tasks.get_benchmark("countdown").load("test")
+except tasks.HeldOutSplitError as exc:
+    print("REFUSED", exc)
+"""
+    )
+    result = run(sandbox, run_dir, labels, code)
+    assert result.ok, result.log_tail
+    assert outcomes(result) == {
+        "import_grader": "BLOCKED",
+        "import_agent": "BLOCKED",
+        "import_sandbox": "BLOCKED",
+        "arith_test": "BLOCKED",
+        "arith_train": "ALLOWED",
+    }
+    log = result.log_path.read_text()
+    assert "TRAIN 12000" in log and "REFUSED the test split of countdown is held by the grader only" in log
+
+
 def test_files_outside_the_workspace(sandbox: DockerSandbox, run_dir: Path, labels: dict[str, str]) -> None:
     base = run_dir / "models" / "base"
     code = (

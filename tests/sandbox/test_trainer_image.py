@@ -25,7 +25,7 @@ def sandbox() -> DockerSandbox:
 
 
 def test_training_stack_imports_inside(sandbox: DockerSandbox, tmp_path: Path) -> None:
-    code = "import torch, transformers, trl, peft, datasets, trainers, grader, sandbox; print('IMPORTS', torch.__version__)"
+    code = "import torch, transformers, trl, peft, datasets, trainers, tasks; print('IMPORTS', torch.__version__)"
     result = sandbox.run(
         SandboxRequest(
             command=["python", "-c", code], workspace=tmp_path, log_path=tmp_path / "log.txt", timeout_s=300
