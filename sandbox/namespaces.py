@@ -234,7 +234,10 @@ def _traversable_parents(args: list[str]) -> list[str]:
                     continue
                 out += ["--perms", "0755", "--dir", where]
                 made.add(where)
-            mounted.append(dest)
+            if flag in _BIND_FLAGS:  # a bound tree brings its own folders; a fresh tmpfs has none
+                mounted.append(dest)
+            else:
+                made.add(dest)
             n = _MOUNT_FLAGS[flag] + 1
         else:
             n = 2 if flag in _VALUE_FLAGS else 1
@@ -249,6 +252,7 @@ _MOUNT_FLAGS = {
     "--ro-bind": 2, "--bind": 2, "--ro-bind-try": 2, "--dev-bind": 2, "--symlink": 2,
     "--proc": 1, "--dev": 1, "--tmpfs": 1,
 }  # fmt: skip
+_BIND_FLAGS = {"--ro-bind", "--bind", "--ro-bind-try", "--dev-bind"}
 _VALUE_FLAGS = {"--hostname", "--size", "--chdir", "--unsetenv", "--perms"}
 
 
