@@ -192,6 +192,18 @@ def _gpu_devices(request: SandboxRequest) -> list[str]:
     ]
 
 
+@functools.lru_cache(maxsize=8)
+def _static_part(extra_packages: tuple[str, ...]) -> tuple[str, ...]:
+    """What every trial of this process gets alike: namespaces, system, Python, packages, /proc, /dev, /tmp."""
+    args = [*_namespace_flags(), *_system_mounts()]
+    for root in _python_roots():
+        args += ["--ro-bind", str(root), str(root)]
+    args += _rlloop_packages(extra_packages)
+    args += ["--proc", "/proc", "--dev", "/dev", "--size", str(TMP_SIZE_MB * 2**20), "--tmpfs", "/tmp"]
+    args += ["--ro-bind-try", "/sys/devices/system/cpu", "/sys/devices/system/cpu"]
+    return tuple(args)
+
+
 def bwrap_argv(
     request: SandboxRequest,
     bwrap: str,
@@ -202,13 +214,7 @@ def bwrap_argv(
 ) -> list[str]:
     """The full command line: bubblewrap, its namespaces and mounts, the uid drop, then `inner`. `hide_env`: names
     bubblewrap itself carries but the trial must not see."""
-    args = [bwrap, *_namespace_flags(), *_system_mounts()]
-    for root in _python_roots():
-        args += ["--ro-bind", str(root), str(root)]
-    args += _rlloop_packages(extra_packages)
-    args += ["--proc", "/proc", "--dev", "/dev", "--size", str(TMP_SIZE_MB * 2**20), "--tmpfs", "/tmp"]
-    args += ["--ro-bind-try", "/sys/devices/system/cpu", "/sys/devices/system/cpu"]
-    args += _gpu_devices(request)
+    args = [bwrap, *_static_part(extra_packages), *_gpu_devices(request)]
     args += ["--bind", str(request.workspace), str(request.workspace)]
     for mount in request.mounts:  # after the workspace: a read-only mount inside it stays read-only
         flag = "--ro-bind" if mount.read_only else "--bind"
