@@ -60,6 +60,12 @@ def _number(value: Any) -> float | None:
         return None
 
 
+def _agent_label(agent: str, isolation: Any) -> str:
+    """Runs whose trials trained unisolated are their own group: their numbers are never pooled or ranked with
+    those of isolated runs (a run from before isolation was recorded counts as isolated: docker was the only way)."""
+    return f"{agent} [isolation=none]" if isolation == "none" else agent
+
+
 def run_numbers(home: Path, manifest: Manifest) -> list[RunNumbers]:
     """Figures of every finished run of the sweep (runs without a summary are left out)."""
     rows = []
@@ -91,7 +97,7 @@ def run_numbers(home: Path, manifest: Manifest) -> list[RunNumbers]:
                 run_id=entry.run_id,
                 benchmark=c.benchmark,
                 base_model=c.base_model,
-                agent=c.agent_label,
+                agent=_agent_label(c.agent_label, summary.get("isolation")),
                 seed=c.seed,
                 values=values,
             )
@@ -194,7 +200,8 @@ def to_markdown(manifest: Manifest, groups: list[GroupRow], plot: Path | None) -
         f"# Sweep {manifest.sweep_id}",
         "",
         f"{finished} of {runs} runs finished. Values are mean ± standard error over seeds; "
-        "differences with Welch p > 0.05 (n ≥ 2) or overlapping mean ± 2·SE are marked within noise.",
+        "differences with Welch p > 0.05 (n ≥ 2) or overlapping mean ± 2·SE are marked within noise. "
+        "Agents marked [isolation=none] trained without a sandbox boundary and are kept apart.",
         "",
         "| benchmark | base model | agent | n | baseline | best | improvement | submissions | time to best (s) "
         "| valid rate | copies | verdict |",

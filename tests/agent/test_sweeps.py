@@ -48,7 +48,9 @@ def test_manifest_keeps_finished_runs_and_resumes_the_rest(tmp_path: Path) -> No
     assert [e.run_id for e in again.pending()] == [second.run_id, third.run_id]
 
 
-def _fake_finished_run(home: Path, entry: manifests.Entry, improvement: float, copies: int = 0) -> None:
+def _fake_finished_run(
+    home: Path, entry: manifests.Entry, improvement: float, copies: int = 0, isolation: str = "namespaces"
+) -> None:
     run_dir = home / "runs" / entry.run_id
     run_dir.mkdir(parents=True)
     grader = {
@@ -60,7 +62,8 @@ def _fake_finished_run(home: Path, entry: manifests.Entry, improvement: float, c
         "valid_submission_rate": 1.0,
         "copy_model_count": copies,
     }
-    (run_dir / "summary.json").write_text(json.dumps({"status": "finished", "grader": grader}))
+    summary = {"status": "finished", "grader": grader, "isolation": isolation}
+    (run_dir / "summary.json").write_text(json.dumps(summary))
     entry.status = "finished"
 
 
@@ -80,6 +83,22 @@ def test_report_marks_noise_and_real_differences(tmp_path: Path) -> None:
     markdown, md_path, plot = write_report(tmp_path, manifest)
     assert md_path.read_text() == markdown and "| arith | tiny-arith | llm | 3 |" in markdown
     assert plot is not None and plot.stat().st_size > 0
+
+
+def test_report_keeps_unisolated_runs_apart(tmp_path: Path) -> None:
+    spec = SweepSpec(sweep_id="s4", benchmarks="arith", base_models="tiny-arith", seeds=4)
+    manifest = manifests.open_manifest(tmp_path, spec)
+    for entry in manifest.entries.values():
+        seed = entry.combination.seed
+        _fake_finished_run(tmp_path, entry, 0.1 + seed / 100, isolation="none" if seed >= 2 else "container")
+    groups = {g.agent: g for g in compare(run_numbers(tmp_path, manifest))}
+    assert set(groups) == {"builtin", "builtin [isolation=none]"}
+    assert (
+        groups["builtin"].stats["improvement"].n == 2
+        and groups["builtin [isolation=none]"].stats["improvement"].n == 2
+    )
+    markdown, _, _ = write_report(tmp_path, manifest)
+    assert "| builtin [isolation=none] | 2 |" in markdown
 
 
 def test_report_calls_overlapping_results_noise() -> None:
