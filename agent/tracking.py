@@ -107,6 +107,13 @@ class Tracker:
         }
         if trial.error:
             tags["rlloop.error"] = trial.error[:5000]
+        flags = trial.grading.get("flags") or []
+        if (
+            flags
+        ):  # the grader found test items in the trial's files, or weights that copy the base / a submission
+            tags["rlloop.flagged"] = ",".join(str(f.get("check")) for f in flags)
+            for flag in flags:
+                tags[f"rlloop.flag.{flag.get('check')}"] = str(flag.get("evidence"))[:5000]
         child = self.client.create_run(experiment_id, run_name=trial.trial_id, tags=tags).info.run_id
         params: dict[str, Any] = {
             "recipe": trial.proposal.recipe,
@@ -121,6 +128,7 @@ class Tracker:
         metrics["duration_s"] = trial.duration_s
         if trial.score is not None:
             metrics["score"] = trial.score
+            metrics["flagged"] = 1.0 if flags else 0.0
         for key, value in metrics.items():
             self.client.log_metric(child, key, float(value))
         for path in artifacts:

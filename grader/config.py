@@ -50,6 +50,23 @@ class CheckpointLimits(BaseModel):
     max_files: int = Field(default=64, ge=1)
 
 
+class IntegrityConfig(BaseModel):
+    """Checks run at every submission: test items in what the trial wrote, weights too close to the base or to an
+    earlier submission. A flagged submission keeps its score but can never become the run's best."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    ngram: int = Field(default=13, ge=4, le=64)  # word n-gram length, as in large-model decontamination
+    # flag when at least max(min_items, ceil(min_fraction * evaluated test items)) items are found
+    min_fraction: float = Field(default=0.02, gt=0.0, le=1.0)
+    min_items: int = Field(default=3, ge=1)
+    max_file_bytes: int = Field(default=2 * 1024**2, ge=1024)  # read at most this much of each text file
+    max_total_bytes: int = Field(default=16 * 1024**2, ge=1024)  # and this much of the whole trial folder
+    max_files: int = Field(default=2000, ge=1)
+    copy_epsilon: float = Field(default=1e-3, ge=0.0)  # relative L2 distance to the base below this: a copy
+    near_duplicate_epsilon: float = Field(default=1e-3, ge=0.0)  # same, to an earlier submission (sampled)
+
+
 class GraderConfig(BaseModel):
     """`python -m grader serve --config FILE`: FILE is this model as JSON."""
 
@@ -72,6 +89,7 @@ class GraderConfig(BaseModel):
     test_seed: int | None = None
     eval: EvalConfig = Field(default_factory=EvalConfig)
     limits: CheckpointLimits = Field(default_factory=CheckpointLimits)
+    integrity: IntegrityConfig = Field(default_factory=IntegrityConfig)
     torch_threads: int | None = Field(default=None, ge=1)
     max_crash_retries: int = Field(default=1, ge=0)  # re-evaluations of a submission the grader died during
 

@@ -80,6 +80,8 @@ class Flag(BaseModel):
 class TestItemIndex:
     """Built once per grader process from the hidden test items it evaluates."""
 
+    __test__ = False  # not a pytest test class, whatever its name
+
     total: int
     ngram: int
     ngram_owner: dict[tuple[str, ...], int] = field(default_factory=dict)  # distinctive n-gram -> item index

@@ -35,6 +35,7 @@ from grader.checkpoint import (
     weights_fingerprint,
 )
 from grader.config import GraderConfig
+from grader.contamination import Flag, TestItemIndex, flags_json, integrity_flags
 from grader.evaluation import EvalResult, evaluate, evaluate_model, select_samples, vllm_available
 from grader.stats import ScoreSummary, summarize
 from grader.store import Baseline, Store, Submission, write_json_atomically
@@ -86,6 +87,7 @@ class GraderService:
         self.base_ref: BaseModelReference | None = None
         self.base_fingerprint = ""
         self.tokenizer: Any = None
+        self.test_index: TestItemIndex | None = None  # hidden test items, for the contamination scan
 
     # --- lifecycle --------------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -121,6 +123,7 @@ class GraderService:
         self.samples = select_samples(test, cfg.eval)
         ids = [s.id for s in self.samples]
         self.public = public_ids(ids, cfg.public_fraction, cfg.split_seed)
+        self.test_index = TestItemIndex.for_benchmark(self.benchmark, self.samples, cfg.integrity.ngram)
         self.base_ref = BaseModelReference.read(cfg.base_model.resolve())
         self.tokenizer = AutoTokenizer.from_pretrained(str(self.base_ref.path), trust_remote_code=False)
         base_model = load_model(self.base_ref.path)
@@ -247,6 +250,7 @@ class GraderService:
         except CheckpointError as exc:
             return self.store.update(submission_id, status="failed", error=str(exc), finished_at=time.time())
         is_copy = weights_fingerprint(model) == self.base_fingerprint
+        flags = self._integrity(sub, model)
         if is_copy:
             scores = json.loads(self.baseline.per_sample)
             full = sum(scores) / len(scores)
@@ -264,7 +268,8 @@ class GraderService:
             n=public.n,
             ci_low=public.ci_low,
             ci_high=public.ci_high,
-            is_copy=int(is_copy),
+            is_copy=int(is_copy or any(f.check == "base_copy" for f in flags)),
+            flags=flags_json(flags),
             per_sample=json.dumps(scores),
             finished_at=time.time(),
         )
@@ -272,6 +277,24 @@ class GraderService:
             "submission %d done: score %.4f%s", done.id, public.score, " (copy of base)" if is_copy else ""
         )
         return done
+
+    def _integrity(self, sub: Submission, model: Any) -> list[Flag]:
+        """Contamination, copy and near-duplicate checks; they flag a submission, they never fail it."""
+        assert self.base_ref is not None
+        state = model.state_dict()
+        flags, (layout, sketch) = integrity_flags(
+            index=self.test_index,
+            config=self.config.integrity,
+            checkpoint=Path(sub.model_path),
+            allowed_roots=self.config.allowed_roots,
+            state=state,
+            base_weight_files=sorted(self.base_ref.path.glob("*.safetensors")),
+            earlier_sketches=lambda key: self.store.sketches_before(sub.id, key),
+        )
+        self.store.put_sketch(sub.id, layout, sketch)
+        for flag in flags:
+            log.warning("submission %d flagged (%s): %s", sub.id, flag.check, flag.evidence)
+        return flags
 
     def _inspect(self, raw_path: str) -> CheckpointInfo:
         assert self.base_ref is not None
@@ -354,8 +377,8 @@ class GraderService:
         )
 
     def best(self) -> Submission | None:
-        """Best finished submission by its reported (public) score; the earliest wins ties."""
-        done = [s for s in self.store.all() if s.status == "done" and s.duplicate_of is None]
+        """Best finished, unflagged submission by its reported (public) score; the earliest wins ties."""
+        done = [s for s in self.store.all() if s.status == "done" and s.duplicate_of is None and not s.flagged]
         return max(done, key=lambda s: (s.public_score or 0.0, -s.id), default=None)
 
     def public_view(self, sub: Submission, *, reveal: bool) -> dict[str, Any]:
@@ -373,6 +396,8 @@ class GraderService:
             "ci_high": source.ci_high,
             "is_copy": bool(source.is_copy),
             "duplicate_of": sub.duplicate_of,
+            "flagged": source.flagged,
+            "flags": source.flag_list,
             "error": sub.error or (source.error if sub.duplicate_of is not None else None),
             "created_at": sub.created_at,
             "elapsed_seconds": round(self.elapsed(sub.created_at), 3),
@@ -440,6 +465,8 @@ class GraderService:
             "ci_high": source.ci_high,
             "duplicate_of": sub.duplicate_of,
             "is_copy": bool(source.is_copy),
+            "flagged": source.flagged,
+            "flags": source.flag_list,
             "status": source.status,
         }
 
@@ -475,6 +502,7 @@ class GraderService:
             "valid_submission_rate": (len(done) / len(originals)) if originals else 0.0,
             "duplicate_count": len(subs) - len(originals),
             "copy_model_count": sum(1 for s in done if s.is_copy),
+            "flagged_submissions": [{"submission_id": s.id, "flags": s.flag_list} for s in done if s.flagged],
             "score_trajectory": trajectory,
             "baseline_score": baseline_public,
             "best_submission_id": best.id if best else None,

@@ -48,7 +48,12 @@ CREATE TABLE IF NOT EXISTS submissions (
     per_sample TEXT
 );
 CREATE INDEX IF NOT EXISTS submissions_hash ON submissions(content_hash);
+CREATE TABLE IF NOT EXISTS sketches (
+    submission_id INTEGER PRIMARY KEY, layout TEXT NOT NULL, data BLOB NOT NULL
+);
 """
+# Columns added after the first release: (name, declaration). Added to older stores on open, never dropped.
+_ADDED_COLUMNS = [("submissions", "flags", "TEXT NOT NULL DEFAULT '[]'")]
 
 
 class Baseline(BaseModel):
@@ -84,6 +89,15 @@ class Submission(BaseModel):
     duplicate_of: int | None = None
     attempts: int = 0
     per_sample: str | None = None  # JSON list of per-sample scores in evaluation order (private)
+    flags: str = "[]"  # JSON list of grader.contamination.Flag: why the submission is suspect (never best)
+
+    @property
+    def flag_list(self) -> list[dict[str, Any]]:
+        return list(json.loads(self.flags or "[]"))
+
+    @property
+    def flagged(self) -> bool:
+        return bool(self.flag_list)
 
 
 class Store:
@@ -98,6 +112,15 @@ class Store:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
         self._db.executescript(_SCHEMA)
+        self._migrate()
+
+    def _migrate(self) -> None:
+        """Add the columns newer code expects to a store written by older code (backwards compatible)."""
+        with self.transaction() as db:
+            for table, column, declaration in _ADDED_COLUMNS:
+                present = {row["name"] for row in db.execute(f"PRAGMA table_info({table})")}
+                if column not in present:
+                    db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {declaration}")
 
     def close(self) -> None:
         with self._lock:
@@ -188,6 +211,23 @@ class Store:
             "WHERE duplicate_of IS NULL AND content_hash IS NOT NULL"
         ).fetchone()
         return int(row["n"]), (None if row["last"] is None else float(row["last"]))
+
+    def put_sketch(self, submission_id: int, layout: str, data: bytes) -> None:
+        with self.transaction() as db:
+            db.execute(
+                "INSERT OR REPLACE INTO sketches(submission_id, layout, data) VALUES (?, ?, ?)",
+                (submission_id, layout, data),
+            )
+
+    def sketches_before(self, submission_id: int, layout: str) -> dict[int, bytes]:
+        """Weight sketches of earlier finished submissions with the same tensor layout."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT k.submission_id, k.data FROM sketches k JOIN submissions s ON s.id = k.submission_id "
+                "WHERE k.submission_id < ? AND k.layout = ? AND s.status = 'done' ORDER BY k.submission_id",
+                (submission_id, layout),
+            ).fetchall()
+        return {int(r["submission_id"]): bytes(r["data"]) for r in rows}
 
     def unfinished(self) -> list[Submission]:
         """Submissions a previous grader process accepted but never finished."""

@@ -49,3 +49,20 @@ def test_an_older_file_gets_the_new_columns_without_losing_a_row(tmp_path: Path)
     assert sorted(r["run_id"] for r in rows) == sorted(["old", *(f"r{i}" for i in range(10))])
     assert {r["isolation"] for r in rows if r["run_id"] != "old"} == {"none"}
     assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_flags_show_on_the_submission_line_and_in_the_summary(tmp_path: Path) -> None:
+    from agent.reporting import Reporter, flagged_report, submission_flags
+
+    evidence = "3 of 40 hidden test items found in trials/t02/data.txt (first: '[13, 1, 22] 286')"
+    grading = {"flagged": True, "flags": [{"check": "contamination", "evidence": evidence}]}
+    reporter = Reporter(tmp_path / "run.log", quiet=True)
+    reporter.info(f"    submission #2: 0.900{submission_flags(grading)}")
+    reporter.close()
+    line = (tmp_path / "run.log").read_text()
+    assert "FLAGGED (contamination: " in line and evidence in line  # brackets in evidence survive the markup
+    assert submission_flags({"is_copy": True}) == " [yellow](copy of the base model)[/yellow]"
+    assert submission_flags({"flags": []}) == ""
+    trials = [{"trial_id": "t01", "grading": {}}, {"trial_id": "t02", "grading": grading}]
+    (summary,) = flagged_report(trials)
+    assert summary.startswith("t02 was flagged by the grader") and "trials/t02/data.txt" in summary

@@ -47,3 +47,26 @@ def test_parent_and_trials_are_idempotent(tmp_path: Path) -> None:
     history = client.get_metric_history(parent, "score")
     assert [(m.step, m.value) for m in history] == [(1, 0.5)]
     assert client.get_run(parent).info.status == "FINISHED"
+
+
+def test_a_flagged_submission_is_tagged_on_its_trial_run(tmp_path: Path) -> None:
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    tracker = Tracker(uri, tmp_path / "mlartifacts")
+    parent = tracker.start_parent("run-2", "arith", {})
+    evidence = "40 of 40 hidden test items found in trials/t02/data.txt (first: '37+58=95')"
+    flagged = TrialRecord(
+        trial_id="t02",
+        index=2,
+        proposal=Proposal(hypothesis="h", recipe="sft"),
+        status="succeeded",
+        score=0.9,
+        grading={"flagged": True, "flags": [{"check": "contamination", "evidence": evidence}]},
+    )
+    honest = flagged.model_copy(update={"trial_id": "t01", "grading": {"flagged": False, "flags": []}})
+    client = MlflowClient(tracking_uri=uri)
+    run = client.get_run(tracker.log_trial(parent, "run-2", "arith", flagged, []))
+    assert run.data.tags["rlloop.flagged"] == "contamination"
+    assert run.data.tags["rlloop.flag.contamination"] == evidence
+    assert run.data.metrics["flagged"] == 1.0
+    clean = client.get_run(tracker.log_trial(parent, "run-2", "arith", honest, []))
+    assert "rlloop.flagged" not in clean.data.tags and clean.data.metrics["flagged"] == 0.0

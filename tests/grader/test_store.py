@@ -75,3 +75,29 @@ def test_public_split_is_seeded_and_proper() -> None:
     assert public != public_ids(ids, 0.3, seed=1)
     assert public_ids(ids, None, seed=0) == set(ids)
     assert 1 <= len(public_ids(ids[:3], 0.01, seed=0)) <= 2
+
+
+def test_a_store_from_before_flags_gains_the_column(tmp_path: Path) -> None:
+    import sqlite3
+
+    path = tmp_path / "old.db"
+    db = sqlite3.connect(path)
+    db.execute(
+        "CREATE TABLE submissions (id INTEGER PRIMARY KEY AUTOINCREMENT, model_path TEXT NOT NULL, "
+        "content_hash TEXT, status TEXT NOT NULL, score REAL, public_score REAL, private_score REAL, n INTEGER, "
+        "ci_low REAL, ci_high REAL, error TEXT, created_at REAL NOT NULL, started_at REAL, finished_at REAL, "
+        "is_copy INTEGER NOT NULL DEFAULT 0, duplicate_of INTEGER, attempts INTEGER NOT NULL DEFAULT 0, "
+        "per_sample TEXT)"
+    )
+    db.execute("INSERT INTO submissions(model_path, status, created_at) VALUES ('/m', 'done', 1.0)")
+    db.commit()
+    db.close()
+    store = Store(path)
+    try:
+        (old,) = store.all()
+        assert old.flags == "[]" and not old.flagged  # rows written before the column keep working
+        flagged = store.update(old.id, flags='[{"check": "base_copy", "evidence": "distance 0"}]')
+        assert flagged.flagged and flagged.flag_list[0]["check"] == "base_copy"
+    finally:
+        store.close()
+    assert Store(path).get(old.id).flagged  # and opening it again changes nothing
