@@ -27,7 +27,7 @@ from agent.llm.budget import Budget, BudgetLimits
 from agent.llm.errors import LLMBudgetExhaustedError, LLMUnavailableError
 from agent.models import resolve_base_model
 from agent.proposers.base import Proposal, ProposalContext, Proposer, TrialRecord
-from agent.reporting import Reporter, append_result_row, plot_scores
+from agent.reporting import Reporter, append_result_row, flagged_report, plot_scores, submission_flags
 from agent.tracking import Tracker
 from agent.trials import TrialSetupError, outcome, prepare_trial, python_for, sandbox_request
 from agent.workspace import RunPaths, atomic_write_json, ensure_home, new_run_id, prepare_workspace
@@ -467,17 +467,18 @@ class Research:
         if record.score is not None and not grading.get("duplicate_of"):
             scores = [*state.get("scores", []), record.score]
             update["scores"] = scores
-            if best is None or record.score > best:
+            if not grading.get("flagged") and (best is None or record.score > best):
                 best, best_id = record.score, record.trial_id
                 update.update(best_score=best, best_trial_id=best_id)
             step = int(state.get("submissions", len(scores)))
-            improvement = best - (baseline or 0.0)
+            best_so_far = best if best is not None else (baseline or 0.0)  # a flagged submission is never best
+            improvement = best_so_far - (baseline or 0.0)
             if parent and not self.tracker.has_metric_at(parent, "score", step):
                 self.tracker.log_metrics(
                     parent,
                     {
                         "score": record.score,
-                        "best_score": best,
+                        "best_score": best_so_far,
                         "submission_count": step,
                         "improvement": improvement,
                     },
@@ -486,10 +487,10 @@ class Research:
             delta = record.score - (baseline or 0.0)
             ci = grading.get("ci_low"), grading.get("ci_high")
             ci_text = f" (95% CI {ci[0]:.3f}-{ci[1]:.3f})" if None not in ci else ""
-            flag = " [yellow](copy of the base model)[/yellow]" if grading.get("is_copy") else ""
+            flag = submission_flags(grading)
             self.reporter.info(
                 f"    [bold]submission #{step}[/bold]: {record.score:.3f}{ci_text}, {delta:+.3f} vs baseline, "
-                f"best {best:.3f}{flag}"
+                f"best {best_so_far:.3f}{flag}"
             )
         elif record.score is not None:
             self.reporter.info(f"    duplicate of submission {grading.get('duplicate_of')}: not counted")
@@ -793,6 +794,8 @@ def print_summary(reporter: Reporter, values: dict[str, Any], summary: dict[str,
             f"{t.get('duration_s', 0):.0f}",
         )
     reporter.console.print(table)
+    for line in flagged_report(values.get("trials", [])):
+        reporter.warn(line)
     baseline, best = values.get("baseline_score"), values.get("best_score")
     if best is not None and baseline is not None:
         gain = (best - baseline) * 100
