@@ -378,7 +378,9 @@ class GraderService:
 
     def best(self) -> Submission | None:
         """Best finished, unflagged submission by its reported (public) score; the earliest wins ties."""
-        done = [s for s in self.store.all() if s.status == "done" and s.duplicate_of is None and not s.flagged]
+        done = [
+            s for s in self.store.all() if s.status == "done" and s.duplicate_of is None and not s.flagged
+        ]
         return max(done, key=lambda s: (s.public_score or 0.0, -s.id), default=None)
 
     def public_view(self, sub: Submission, *, reveal: bool) -> dict[str, Any]:
