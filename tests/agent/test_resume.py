@@ -40,7 +40,8 @@ ARGS = [
 
 def _env(home: Path, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "RLLOOP_FAILPOINT"}
-    return {**env, "RLLOOP_HOME": str(home), **extra}
+    # one hidden test set for the reference and every crashed run (by default each run draws its own secret seed)
+    return {**env, "RLLOOP_HOME": str(home), "RLLOOP_TEST_SEED": "20261201", **extra}
 
 
 def _run(home: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
