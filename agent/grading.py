@@ -53,6 +53,7 @@ def grader_config(
     eval_batch_size: int,
     host: str = "127.0.0.1",
     test_seed: int | None = None,
+    isolation: str = "unknown",
 ) -> dict[str, Any]:
     """The grader's config: its private folder, the one root submissions may come from, and the run's rules."""
     return {
@@ -69,6 +70,7 @@ def grader_config(
         "min_interval_s": min_interval_s,
         "public_fraction": public_fraction or None,
         "test_seed": test_seed,  # None: the grader's own secret, in its private folder
+        "isolation": isolation,  # stamped on every score (the weakest over all starts of the run)
         "eval": {"limit": eval_limit, "batch_size": eval_batch_size},
     }
 

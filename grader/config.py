@@ -87,6 +87,9 @@ class GraderConfig(BaseModel):
     split_seed: int = 0  # which test samples are public
     # draws the hidden test split; None: a secret the grader keeps in private_dir (created once, reused on restart)
     test_seed: int | None = None
+    # how the run's trials are kept from this grader ("container", "namespaces", "none"; "unknown" when the
+    # caller does not say, e.g. `rlloop grade serve` for an outside agent); stamped on every score
+    isolation: str = Field(default="unknown", pattern=r"^[a-z]+$")
     eval: EvalConfig = Field(default_factory=EvalConfig)
     limits: CheckpointLimits = Field(default_factory=CheckpointLimits)
     integrity: IntegrityConfig = Field(default_factory=IntegrityConfig)

@@ -73,6 +73,7 @@ class GraderService:
         self.private_dir.chmod(0o700)
         self.store = Store(self.private_dir / "store.db")
         self.started_at = float(self.store.set_meta("started_at", repr(time.time()), only_if_missing=True))
+        self.isolation = self._weakest_isolation(config.isolation)
         self.ready = False
         self.startup_error: str | None = None
         self.baseline: Baseline | None = None
@@ -383,6 +384,14 @@ class GraderService:
         ]
         return max(done, key=lambda s: (s.public_score or 0.0, -s.id), default=None)
 
+    def _weakest_isolation(self, now: str) -> str:
+        """The run's isolation over all its starts: once any attempt trained unisolated, its scores say so for
+        good (a resumed run on a better sandbox cannot wash the earlier submissions clean)."""
+        rank = {"none": 0, "unknown": 1}
+        before = self.store.get_meta("isolation")
+        level = now if before is None or rank.get(now, 2) < rank.get(before, 2) else before
+        return self.store.set_meta("isolation", level)
+
     def public_view(self, sub: Submission, *, reveal: bool) -> dict[str, Any]:
         """What /scores shows of a submission; private scores only once the run is finalized."""
         source = sub
@@ -400,6 +409,7 @@ class GraderService:
             "duplicate_of": sub.duplicate_of,
             "flagged": source.flagged,
             "flags": source.flag_list,
+            "isolation": self.isolation,
             "error": sub.error or (source.error if sub.duplicate_of is not None else None),
             "created_at": sub.created_at,
             "elapsed_seconds": round(self.elapsed(sub.created_at), 3),
@@ -427,6 +437,7 @@ class GraderService:
             "run_id": self.config.run_id,
             "benchmark": self.config.benchmark,
             "finalized": reveal,
+            "isolation": self.isolation,
             "public_private_split": self.config.split_enabled,
             "baseline": baseline,
             "best": {"submission_id": best.id, "score": best.public_score} if best else None,
@@ -466,6 +477,7 @@ class GraderService:
             "ci_low": source.ci_low,
             "ci_high": source.ci_high,
             "duplicate_of": sub.duplicate_of,
+            "isolation": self.isolation,
             "is_copy": bool(source.is_copy),
             "flagged": source.flagged,
             "flags": source.flag_list,
@@ -498,6 +510,7 @@ class GraderService:
         metrics: dict[str, Any] = {
             "run_id": self.config.run_id,
             "benchmark": self.config.benchmark,
+            "isolation": self.isolation,
             "finalized_at": float(self.store.get_meta("finalized_at") or 0.0),
             "total_submissions": len(originals),
             "valid_submissions": len(done),

@@ -70,3 +70,15 @@ def test_submission_that_crashed_the_grader_too_often_is_failed(tmp_path: Path, 
         assert failed.status == "failed" and "stopped 2 times" in (failed.error or "")
     finally:
         service.stop()
+
+
+def test_a_run_that_ever_trained_unisolated_says_so_on_every_score(tmp_path: Path, tiny_base: Path) -> None:
+    """Isolation is stamped on the grader's scores, and the weakest level over the run's starts sticks."""
+    first = _started(_config(tmp_path, tiny_base).model_copy(update={"isolation": "none"}))
+    assert first.scores()["isolation"] == "none"
+    first.store.close()
+    resumed = _started(_config(tmp_path, tiny_base).model_copy(update={"isolation": "namespaces"}))
+    assert resumed.scores()["isolation"] == "none"  # a better sandbox on resume does not wash earlier trials clean
+    resumed.store.close()
+    fresh = _started(_config(tmp_path / "other", tiny_base).model_copy(update={"isolation": "namespaces"}))
+    assert fresh.scores()["isolation"] == "namespaces"
