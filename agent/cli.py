@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -269,7 +268,9 @@ def ui(
         str(port),
     ]
     cmd += ["--default-artifact-root", (root / "mlartifacts").as_uri()]
-    raise typer.Exit(subprocess.call(cmd))
+    from agent.children import run_child
+
+    raise typer.Exit(run_child(cmd))  # its server workers and job consumers stop with us
 
 
 grade_app = typer.Typer(no_args_is_help=True, help="The grading server on its own, for external agents.")
@@ -348,7 +349,9 @@ def grade_serve(
     console.print(f"  GRADER_TOKEN={config['token']}")
     console.print(f"  submissions must lie under {config['allowed_roots'][0]}; store: {private}")
     console.print("  the baseline is scored before /health reports ready; Ctrl-C stops the server")
-    raise typer.Exit(subprocess.call([sys.executable, "-m", "grader", "serve", "--config", str(config_path)]))
+    from agent.children import run_child
+
+    raise typer.Exit(run_child([sys.executable, "-m", "grader", "serve", "--config", str(config_path)]))
 
 
 def _mount_subcommands() -> None:

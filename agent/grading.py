@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import json
 import os
 import secrets
@@ -17,16 +16,43 @@ from typing import Any
 
 import httpx
 
+from agent.children import die_with_parent
 from agent.workspace import RunPaths, atomic_write_json
 
+STALE_GRACE_S = 3.0  # a stale grader busy in an evaluation gets this long after SIGTERM, then SIGKILL
 
-def _die_with_parent() -> None:
-    """Child-side: get SIGTERM when the run's process dies, even by SIGKILL, so no grader is orphaned."""
+
+def stop_stale_grader(paths: RunPaths) -> str | None:
+    """End the grader an earlier process of this run left on its store (its pid is in grader/server.pid): SIGTERM,
+    then SIGKILL after STALE_GRACE_S. Returns what was ended, for the run log, or None when nothing was left."""
+    pid_file = paths.grader_dir / "server.pid"
     try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
+        pid = int(pid_file.read_text())
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (OSError, ValueError):
+        return None
+    if b"grader" not in cmdline or str(paths.grader_dir).encode() not in cmdline:
+        return None  # the pid is some other process's by now
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + STALE_GRACE_S
+    while _running(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if _running(pid):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        while _running(pid) and time.monotonic() < deadline + 5:
+            time.sleep(0.05)
+    return f"grader process (pid {pid})"
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (a killed grader of ours stays a zombie until we reap it)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except (OSError, IndexError):
+        return False
 
 
 class GraderError(RuntimeError):
@@ -98,21 +124,9 @@ class GraderProcess:
         config_path.chmod(0o600)
         return cls(paths, config)
 
-    def stop_stale(self) -> None:
+    def stop_stale(self) -> str | None:
         """Stop a grader left by an earlier process of this run, so two servers never share one store."""
-        pid_file = self.paths.grader_dir / "server.pid"
-        try:
-            pid = int(pid_file.read_text())
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-        except (OSError, ValueError):
-            return
-        if b"grader" in cmdline and str(self.paths.grader_dir).encode() in cmdline:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGTERM)
-            for _ in range(50):
-                if not Path(f"/proc/{pid}").exists():
-                    break
-                time.sleep(0.1)
+        return stop_stale_grader(self.paths)
 
     def start(self, ready_timeout_s: float = 600.0, on_wait: Any = None) -> dict[str, Any]:
         """Start `python -m grader serve` and wait until its baseline is scored. Returns /health."""
@@ -125,7 +139,9 @@ class GraderProcess:
             stderr=subprocess.STDOUT,
             env=env,
             start_new_session=True,  # our Ctrl-C handling stops it explicitly, after the trial
-            preexec_fn=_die_with_parent,
+            # SIGKILL when the run's process dies, however it dies: a grader busy in an evaluation would sit on
+            # SIGTERM until the evaluation ends. Safe: the store is SQLite WAL with synchronous=FULL.
+            preexec_fn=die_with_parent(signal.SIGKILL),
         )
         (self.paths.grader_dir / "server.pid").write_text(str(self.proc.pid))
         log.close()

@@ -23,6 +23,7 @@ from agent import approvals
 from agent.config import RunConfig
 from agent.grading import GraderError, GraderProcess
 from agent.graph import LoopState, build_graph
+from agent.leftovers import end_leftovers
 from agent.llm.budget import Budget, BudgetLimits
 from agent.llm.errors import LLMBudgetExhaustedError, LLMUnavailableError
 from agent.models import resolve_base_model
@@ -669,6 +670,7 @@ def execute(
     elif paths.run_dir.exists() and paths.checkpoints_db.exists():
         raise FileExistsError(f"run {run_id!r} already exists; resume it with `rlloop resume {run_id}`")
     benchmark = get_benchmark(config.benchmark)
+    came_back = paths.run_dir.exists()  # resumed, or a run id an earlier (dead) process had taken
     paths.run_dir.mkdir(parents=True, exist_ok=True)
     reporter = reporter or Reporter(paths.log_file, quiet=config.quiet)
     atomic_write_json(paths.run_json, {**config.model_dump(mode="json"), "run_id": run_id})
@@ -694,8 +696,8 @@ def execute(
             )
             research = Research(config, paths, reporter, proposer, sandbox, budget)
             research.base_model = base_model
-            if resume_run_id:
-                sandbox.cleanup({"rlloop.run": run_id})  # trials an earlier, killed process left running
+            if came_back:  # trials, a grader an earlier, killed process left: ended and named in the log
+                end_leftovers(sandbox, paths, reporter)
             values = _drive(research, resume=bool(resume_run_id))
     except (RunInterrupted, KeyboardInterrupt) as exc:
         reason = str(exc) or "SIGINT"
