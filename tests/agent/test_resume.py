@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from agent.status import read_state
+from tests.support.processes import run_processes, running_containers, still_alive
 
 pytestmark = pytest.mark.slow
 
@@ -63,6 +64,15 @@ def _submissions(run_dir: Path) -> list[tuple[str, float | None, int | None]]:
     return [(Path(p).parent.name, s, d) for p, s, d in rows]
 
 
+def _assert_nothing_left(run_dir: Path, within_s: float = 5.0) -> None:
+    """No process (trial, grader, the run itself) or container of the killed attempt is alive within `within_s`."""
+    pids = run_processes(run_dir.name, run_dir / "workspace")
+    left = still_alive(pids, within_s=within_s)
+    assert not left, f"alive {within_s:g}s after the run was killed: {left}"
+    containers = running_containers(run_dir.name, within_s=within_s)
+    assert not containers, f"containers still running after the run was killed: {containers}"
+
+
 def _summary(state: dict[str, Any]) -> list[tuple[str, str, str, float | None]]:
     return [(t["trial_id"], t["proposal"]["recipe"], t["status"], t["score"]) for t in state["trials"]]
 
@@ -88,6 +98,7 @@ def test_kill_9_then_resume_equals_uninterrupted(
     crashed = _run(home, "run", "--run-id", "crash", *ARGS, RLLOOP_FAILPOINT=failpoint)
     assert crashed.returncode == -signal.SIGKILL, crashed.stdout + crashed.stderr
     run_dir = home / "runs" / "crash"
+    _assert_nothing_left(run_dir)  # before the resumed attempt starts a trial in the same folder
     before = read_state(run_dir)
     assert before.get("status") != "finished"
 
@@ -133,6 +144,7 @@ def test_kill_9_while_waiting_for_approval(tiny_model_home: Path) -> None:
     assert pending.exists(), f"the proposal never reached the approval gate (exit code {proc.poll()})"
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=30)
+    _assert_nothing_left(home / "runs" / "gated")
 
     resume = subprocess.Popen(
         [sys.executable, "-m", "agent.cli", "resume", "gated"],
@@ -152,3 +164,36 @@ def test_kill_9_while_waiting_for_approval(tiny_model_home: Path) -> None:
     assert trial["approval"]["action"] == "edit"
     assert trial["proposal"]["hyperparameters"]["learning_rate"] == 0.0005
     assert trial["status"] == "succeeded"
+
+
+@pytest.mark.parametrize("backend", ["local", pytest.param("docker", marks=pytest.mark.docker)])
+def test_no_trial_outlives_its_run_killed_9(
+    backend: str, reference: dict[str, Any], tiny_model_home: Path
+) -> None:
+    """kill -9 mid-trial: within 5 s nothing of the run is alive (trial, grader, container); the resumed run ends
+    and logs what was left, and ends up with the uninterrupted run's trials and submissions."""
+    if backend == "docker":
+        from tests.sandbox.docker_support import require_docker
+
+        require_docker()
+    home = tiny_model_home
+    args = [backend if a == "local" else a for a in ARGS]
+    crashed = _run(home, "run", "--run-id", "orphan", *args, RLLOOP_FAILPOINT="run_trial:1")
+    assert crashed.returncode == -signal.SIGKILL, crashed.stdout + crashed.stderr
+    run_dir = home / "runs" / "orphan"
+    assert (run_dir / "workspace" / "trials" / "t01").is_dir(), "killed before the trial started"
+    _assert_nothing_left(run_dir)
+
+    resumed = _run(home, "resume", "orphan")
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    state = read_state(run_dir)
+    assert state["status"] == "finished"
+    trials = [(t["trial_id"], t["proposal"]["recipe"], t["status"]) for t in state["trials"]]
+    assert trials == [(t, r, st) for t, r, st, _ in _summary(reference["state"])]
+    if backend == "local":  # the same trainer on the same host: the very same checkpoints and scores
+        assert _summary(state) == _summary(reference["state"])
+        assert _submissions(run_dir) == reference["submissions"]
+    assert [s[0] for s in _submissions(run_dir)] == [s[0] for s in reference["submissions"]]
+    if backend == "docker":  # the exited container of the killed attempt was removed, and said so
+        assert "leftover trial container of t01" in (run_dir / "run.log").read_text()
+        assert not running_containers("orphan", within_s=0)
