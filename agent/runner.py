@@ -82,7 +82,7 @@ def make_proposer(config: RunConfig, budget: Budget) -> Proposer:
 def make_sandbox(config: RunConfig, reporter: Reporter) -> Sandbox:
     """The configured backend (chosen in `sandbox.registry`, the one place that decides). A run that trains
     unisolated says so once, here, and carries `isolation=none` everywhere its numbers go."""
-    from sandbox.registry import get_sandbox, isolation_of
+    from sandbox.registry import get_sandbox
 
     sandbox = get_sandbox(config.sandbox)
     if isolation_of(sandbox) == "none":
@@ -142,6 +142,7 @@ class Research:
                 eval_limit=self.config.eval_limit,
                 eval_batch_size=self.config.eval_batch_size,
                 test_seed=self.config.test_seed,
+                isolation=isolation_of(self.sandbox),
             )
             started = time.monotonic()
             with self.reporter.watching("starting the grading server and scoring the baseline"):
@@ -472,7 +473,8 @@ class Research:
                 best, best_id = record.score, record.trial_id
                 update.update(best_score=best, best_trial_id=best_id)
             step = int(state.get("submissions", len(scores)))
-            best_so_far = best if best is not None else (baseline or 0.0)  # a flagged submission is never best
+            # a flagged submission is never best
+            best_so_far = best if best is not None else (baseline or 0.0)
             improvement = best_so_far - (baseline or 0.0)
             if parent and not self.tracker.has_metric_at(parent, "score", step):
                 self.tracker.log_metrics(
@@ -597,7 +599,11 @@ class Research:
             self.tracker.log_artifact(parent, self.paths.run_dir / "summary.json")
             self.tracker.set_tags(
                 parent,
-                {"rlloop.status": status, "rlloop.stop_reason": reason, "rlloop.isolation": row["isolation"]},
+                {
+                    "rlloop.status": status,
+                    "rlloop.stop_reason": reason,
+                    "rlloop.isolation": isolation_of(self.sandbox),
+                },
             )
             self.tracker.finish(parent, success)
         return summary

@@ -82,6 +82,7 @@ class DockerSandbox:
     """One container per trial (see the module docstring for the limits it sets)."""
 
     name = "docker"
+    isolation = "container"
 
     def __init__(
         self,

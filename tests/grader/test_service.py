@@ -78,7 +78,8 @@ def test_a_run_that_ever_trained_unisolated_says_so_on_every_score(tmp_path: Pat
     assert first.scores()["isolation"] == "none"
     first.store.close()
     resumed = _started(_config(tmp_path, tiny_base).model_copy(update={"isolation": "namespaces"}))
-    assert resumed.scores()["isolation"] == "none"  # a better sandbox on resume does not wash earlier trials clean
+    # a better sandbox on resume does not wash the earlier trials clean
+    assert resumed.scores()["isolation"] == "none"
     resumed.store.close()
     fresh = _started(_config(tmp_path / "other", tiny_base).model_copy(update={"isolation": "namespaces"}))
     assert fresh.scores()["isolation"] == "namespaces"
