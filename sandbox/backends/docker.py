@@ -30,10 +30,10 @@ from sandbox.dockerlib import docker_sdk
 from sandbox.grader_net import GraderNetwork, remove_leftovers
 from sandbox.images import TRAINER_IMAGE
 from sandbox.logstream import CappedLog
+from sandbox.namespaces import SANDBOX_UID, hand_to_sandbox_user
 from sandbox.output_watch import OutputWatch
 
 MANAGED_LABEL = "rlloop.managed"
-SANDBOX_UID = 1000  # the image's `rlloop` user; a root-owned workspace is handed to it
 TMPFS_MB = 512
 # The watchdog around every trial command (POSIX sh; `"$@"` is the command). It forks the stdin watcher first, so a
 # process cap the command exhausts cannot stop it from starting; the command gets /dev/null as stdin. When stdin
@@ -237,11 +237,7 @@ class DockerSandbox:
         st = workspace.stat()
         if st.st_uid != 0 and os.geteuid() != 0:
             return f"{st.st_uid}:{st.st_gid}"
-        for root, dirs, files in os.walk(workspace):
-            for name in [*dirs, *files]:
-                with contextlib.suppress(FileNotFoundError):
-                    os.chown(os.path.join(root, name), SANDBOX_UID, SANDBOX_UID, follow_symlinks=False)
-        os.chown(workspace, SANDBOX_UID, SANDBOX_UID)
+        hand_to_sandbox_user(workspace)
         return f"{SANDBOX_UID}:{SANDBOX_UID}"
 
     @staticmethod
