@@ -285,7 +285,7 @@ class LocalSandbox:
                     os.killpg(pid, signal.SIGKILL)
                 with contextlib.suppress(OSError):
                     os.kill(pid, signal.SIGKILL)
-                stopped.append(f"leftover trial process of {run_labels.get('rlloop.trial', '?')} (pid {pid})")
+                stopped.append(f"trial process of {run_labels.get('rlloop.trial', '?')} (pid {pid})")
         return CleanupReport(stopped)
 
 
