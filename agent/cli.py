@@ -89,6 +89,9 @@ def run(
         float | None, typer.Option(help="Public share of the hidden test set; 0 = off.")
     ] = None,
     eval_limit: Annotated[int | None, typer.Option(help="Grade on the first N hidden samples.")] = None,
+    test_seed: Annotated[
+        int | None, typer.Option(help="Seed of the hidden test split (default: the grader's secret).")
+    ] = None,
     trial_steps: Annotated[int | None, typer.Option(help="Fixed steps per trial (reproducible).")] = None,
     trial_cpus: Annotated[float | None, typer.Option(help="CPU limit of one trial (docker).")] = None,
     recipes: Annotated[str | None, typer.Option(help="Comma list of recipes the proposer may use.")] = None,
