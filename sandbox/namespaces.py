@@ -196,10 +196,11 @@ def _gpu_devices(request: SandboxRequest) -> list[str]:
 def _static_part(extra_packages: tuple[str, ...]) -> tuple[str, ...]:
     """What every trial of this process gets alike: namespaces, system, Python, packages, /proc, /dev, /tmp."""
     args = [*_namespace_flags(), *_system_mounts()]
+    # the fresh /proc, /dev and /tmp first: a Python or a checkout that lives under /tmp is bound on top of them
+    args += ["--proc", "/proc", "--dev", "/dev", "--size", str(TMP_SIZE_MB * 2**20), "--tmpfs", "/tmp"]
     for root in _python_roots():
         args += ["--ro-bind", str(root), str(root)]
     args += _rlloop_packages(extra_packages)
-    args += ["--proc", "/proc", "--dev", "/dev", "--size", str(TMP_SIZE_MB * 2**20), "--tmpfs", "/tmp"]
     args += ["--ro-bind-try", "/sys/devices/system/cpu", "/sys/devices/system/cpu"]
     return tuple(args)
 

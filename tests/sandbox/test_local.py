@@ -285,3 +285,35 @@ def test_cleanup_ends_what_a_dead_unisolated_run_left(workspace: Path, token: st
             break
         time.sleep(0.1)
     assert not running_with(token)
+
+
+def test_a_python_that_lives_under_tmp_runs_isolated(tmp_path: Path) -> None:
+    """CI's checkout and venv live under /tmp, which the sandbox mounts afresh: the environment must still be there."""
+    import site
+    import venv
+
+    env_dir = tmp_path / "venv"
+    venv.create(env_dir, with_pip=False)
+    child_site = next((env_dir / "lib").glob("python*/site-packages"))
+    (child_site / "rlloop-host.pth").write_text("\n".join(site.getsitepackages()) + "\n")
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    code = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from sandbox.backends.local import LocalSandbox\n"
+        "from sandbox.base import SandboxRequest\n"
+        "ws = Path(sys.argv[1])\n"
+        "r = LocalSandbox(isolate=True).run(SandboxRequest(command=[sys.executable, '-c', 'import sys; "
+        "print(\"inside\", sys.prefix)'], workspace=ws, log_path=ws.parent / 'log.txt'))\n"
+        "print(r.exit_code, r.log_tail)\n"
+    )
+    done = subprocess.run(
+        [str(env_dir / "bin" / "python"), "-c", code, str(workspace)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=Path(__file__).parents[2],
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("0 ") and f"inside {env_dir}" in done.stdout, done.stdout
