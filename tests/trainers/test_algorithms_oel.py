@@ -28,7 +28,7 @@ def test_oel_rounds_extract_and_consolidate(tmp_path: Path) -> None:
             train_file=root / "train8.jsonl",
             eval_file=root / "train8.jsonl",
             output_dir=out,
-            learning_rate=1e-3,
+            learning_rate=2e-3,  # calibrated on the tiny policy: round 1 KL falls to ~0.15x (1e-3 was at 0.505x)
             rounds=2,
             episodes_per_round=8,
             max_steps=10,

@@ -47,7 +47,7 @@ def test_opo_raises_reward(tmp_path: Path) -> None:
             train_file=root / "train8.jsonl",
             eval_file=root / "train8.jsonl",
             output_dir=out,
-            learning_rate=1e-3,
+            learning_rate=3e-4,  # calibrated on the tiny policy: 1e-3 and 5e-4 collapse it to reward 0 in 2 steps
             max_steps=30,
             per_device_train_batch_size=64,
             num_generations=8,
