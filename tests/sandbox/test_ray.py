@@ -13,19 +13,19 @@ from pathlib import Path
 import pytest
 
 from sandbox.base import SandboxRequest
-from tests.sandbox.conftest import alive
+from tests.sandbox.conftest import running_with
 
 ray = pytest.importorskip("ray")
 pytestmark = pytest.mark.ray
 
-# Records its own pid and its parent's (the Ray worker, for the local inner sandbox), then sleeps. On a second
-# attempt (marker file present) it finishes at once.
+# Marks that it is training, then sleeps. On a second attempt (marker file present) it finishes at once. Its pids
+# are found from the host by a unique argument (inside the local sandbox's PID namespace its own mean nothing).
 TRIAL = r"""
 import os, sys, time
 if os.path.exists("attempted"):
     print("second attempt done"); sys.exit(0)
 open("attempted", "w").write("1")
-open("pids", "w").write(f"{os.getpid()} {os.getppid()}")
+open("pids", "w").write("started")
 print("training", flush=True)
 time.sleep(120)
 """
@@ -38,9 +38,9 @@ def local_ray() -> Iterator[None]:
     ray.shutdown()
 
 
-def _request(workspace: Path, code: str) -> SandboxRequest:
+def _request(workspace: Path, code: str, token: str = "-") -> SandboxRequest:
     return SandboxRequest(
-        command=[sys.executable, "-c", code],
+        command=[sys.executable, "-c", code, token],
         workspace=workspace,
         log_path=workspace / "log.txt",
         timeout_s=120,
@@ -63,45 +63,54 @@ def test_registered_and_runs_a_trial_as_a_task(local_ray: None, workspace: Path)
     assert "hello from" in (workspace / "log.txt").read_text()
 
 
-def _kill_worker_when_training(workspace: Path) -> tuple[int, int]:
+def _parent(pid: int) -> int:
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        return int(f.read().rsplit(b")", 1)[1].split()[1])
+
+
+def _kill_worker_when_training(workspace: Path, token: str) -> list[int]:
+    """SIGKILL the Ray worker that runs the trial: the parent of the trial's outermost process (bubblewrap, or the
+    trial itself when unisolated). Returns the trial's processes."""
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline and not (workspace / "pids").exists():
         time.sleep(0.1)
-    trial_pid, worker_pid = map(int, (workspace / "pids").read_text().split())
-    os.kill(worker_pid, signal.SIGKILL)
-    return trial_pid, worker_pid
+    tree = running_with(token)
+    outermost = [p for p in tree if _parent(p) not in tree]
+    assert len(outermost) == 1, (tree, outermost)
+    os.kill(_parent(outermost[0]), signal.SIGKILL)
+    return tree
 
 
 def test_worker_killed_mid_trial_is_a_failed_trial_with_nothing_left(
-    local_ray: None, workspace: Path
+    local_ray: None, workspace: Path, token: str
 ) -> None:
     import threading
 
     from sandbox.backends.ray import RaySandbox
 
-    pids: list[tuple[int, int]] = []
-    killer = threading.Thread(target=lambda: pids.append(_kill_worker_when_training(workspace)))
+    killer = threading.Thread(target=_kill_worker_when_training, args=(workspace, token))
     killer.start()
-    result = RaySandbox(inner="local", max_retries=0).run(_request(workspace, TRIAL))
+    result = RaySandbox(inner="local", max_retries=0).run(_request(workspace, TRIAL, token))
     killer.join()
     assert not result.ok and getattr(result, "worker_lost", False)
     assert "Ray worker" in result.reason()
     assert "died" in (workspace / "log.txt").read_text()
-    trial_pid = pids[0][0]
     deadline = time.monotonic() + 15
-    while alive(trial_pid) and time.monotonic() < deadline:
+    while running_with(token) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert not alive(trial_pid), "the trial outlived its worker"
+    assert not running_with(token), "the trial outlived its worker"
 
 
-def test_worker_killed_mid_trial_is_retried_when_configured(local_ray: None, workspace: Path) -> None:
+def test_worker_killed_mid_trial_is_retried_when_configured(
+    local_ray: None, workspace: Path, token: str
+) -> None:
     import threading
 
     from sandbox.backends.ray import RaySandbox
 
-    killer = threading.Thread(target=_kill_worker_when_training, args=(workspace,))
+    killer = threading.Thread(target=_kill_worker_when_training, args=(workspace, token))
     killer.start()
-    result = RaySandbox(inner="local", max_retries=1).run(_request(workspace, TRIAL))
+    result = RaySandbox(inner="local", max_retries=1).run(_request(workspace, TRIAL, token))
     killer.join()
     assert result.ok, result.log_tail
     assert "second attempt done" in (workspace / "log.txt").read_text()
