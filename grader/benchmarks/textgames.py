@@ -10,11 +10,21 @@ from __future__ import annotations
 import itertools
 import random
 import threading
+from typing import Any
 
-from tasks.base import Sample
+from grader.benchmarks.secret import DEFAULT_TEST_SEED
+from tasks.base import Sample, Split
 from tasks.textgames import MOVES, Layout, TextArenaGame, TextArenaGameBenchmark, parse_move
 
-__all__ = ["MOVES", "Layout", "TextArenaGame", "TextArenaGameBenchmark", "draw_test_games", "parse_move"]
+__all__ = [
+    "MOVES",
+    "HeldTestGames",
+    "Layout",
+    "TextArenaGame",
+    "TextArenaGameBenchmark",
+    "draw_test_games",
+    "parse_move",
+]
 
 # Far from the public seeds (12-13 million), inside every generator's accepted seed range.
 _SEED_RANGE = (100_000_000, 2**32 - 100_000_000)
@@ -45,3 +55,18 @@ def draw_test_games(bench: TextArenaGameBenchmark, seed: int) -> list[Sample]:
             )
             _drawn[key] = [bench.game_sample("test", i, *game) for i, game in enumerate(games)]
         return list(_drawn[key])
+
+
+class HeldTestGames:
+    """Mixed in before a public game benchmark: the grader's copy, whose test split is the games of `test_seed`."""
+
+    test_seed: int
+
+    def __init__(self, *args: Any, test_seed: int = DEFAULT_TEST_SEED, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.test_seed = test_seed
+
+    def load(self, split: Split) -> list[Sample]:
+        if split == "test":
+            return draw_test_games(self, self.test_seed)  # type: ignore[arg-type]
+        return super().load(split)  # type: ignore[misc]
