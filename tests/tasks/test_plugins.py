@@ -1,0 +1,98 @@
+"""The generic registry: built-ins load lazily, names are checked with the list of choices, entry points register
+objects or whole modules, and a broken plugin is reported without hiding the others."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tasks.plugins import Registry, UnknownPluginError
+
+
+def _dist(root: Path, group: str, lines: list[str]) -> None:
+    """A distribution on sys.path that declares `lines` in `group`, as `pip install` would leave it."""
+    info = root / "rlloop_test_plugins-0.1.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: rlloop-test-plugins\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(f"[{group}]\n" + "\n".join(lines) + "\n")
+
+
+def test_builtins_load_on_first_use_and_unknown_names_list_the_choices() -> None:
+    calls: list[int] = []
+    registry: Registry[int] = Registry(
+        "widget", "rlloop.test-widgets", reserved=("auto",), hint="see widgets"
+    )
+
+    def builtins() -> None:
+        calls.append(1)
+        registry.register("one", 1)
+
+    registry._builtins = builtins
+    assert calls == []
+    assert registry.get("one") == 1 and registry.names() == ["one"] and calls == [1]
+    assert registry.choices() == ["auto", "one"]
+    assert registry.check("auto") == "auto"
+    with pytest.raises(
+        UnknownPluginError, match=r"unknown widget 'two': choose one of auto, one \(see widgets\)"
+    ):
+        registry.get("two")
+    with pytest.raises(ValueError, match="rlloop.test-widgets"):
+        registry.check("two")
+
+
+def test_a_taken_name_needs_replace_and_reserved_names_cannot_be_registered() -> None:
+    registry: Registry[object] = Registry("widget", "rlloop.test-widgets", reserved=("auto",))
+    first, second = object(), object()
+    registry.register("w", first)
+    registry.register("w", first)  # the same entry again (a module imported twice) is harmless
+    with pytest.raises(ValueError, match="already registered"):
+        registry.register("w", second)
+    registry.register("w", second, replace=True)
+    assert registry.get("w") is second
+    with pytest.raises(ValueError, match="reserved"):
+        registry.register("auto", first)
+
+    @registry.register("decorated")
+    def make() -> str:
+        return "made"
+
+    assert registry.get("decorated") is make
+
+
+def test_entry_points_register_objects_and_modules_and_broken_ones_are_reported(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    group = "rlloop.test-gadgets"
+    pkg = tmp_path / "gadget_plugin"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("GADGET = 'a gadget'\n")
+    (pkg / "several.py").write_text(
+        textwrap.dedent(
+            """
+            from tests.tasks.test_plugins import GADGETS
+            GADGETS.register("left", "L")
+            GADGETS.register("right", "R")
+            """
+        )
+    )
+    _dist(
+        tmp_path, group, ["single = gadget_plugin:GADGET", "both = gadget_plugin.several", "bad = nowhere:x"]
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    global GADGETS
+    GADGETS = Registry("gadget", group)
+    try:
+        assert GADGETS.names() == ["left", "right", "single"]
+        assert GADGETS.get("single") == "a gadget"
+        assert GADGETS.origin("single") == "entry point gadget_plugin:GADGET"
+        (problem,) = GADGETS.problems()
+        assert "bad = nowhere:x" in problem and "ModuleNotFoundError" in problem
+    finally:
+        for name in ("gadget_plugin", "gadget_plugin.several"):
+            sys.modules.pop(name, None)
+
+
+GADGETS: Registry[str] = Registry("gadget", "rlloop.test-gadgets")
