@@ -5,13 +5,12 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import yaml
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-SandboxName = Literal["auto", "local", "docker", "ray"]
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
 _UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 
@@ -46,9 +45,13 @@ class RunConfig(BaseSettings):
     timeout: float = Field(
         1200.0, gt=0, description="Wall-time budget of the run in seconds (accepts 20m, 1h)."
     )
-    sandbox: SandboxName = Field("auto", description="Where trials run: auto, local, docker or ray.")
-    proposer: Literal["auto", "builtin", "llm"] = Field(
-        "auto", description="auto = llm when --driver-model is set, else builtin."
+    sandbox: str = Field(
+        "auto",
+        description="Where trials run: auto (docker when usable, else local), local, docker, ray, or a plugin's "
+        "name (see `rlloop sandbox list`).",
+    )
+    proposer: str = Field(
+        "auto", description="auto = llm when --driver-model is set, else builtin; or a plugin proposer's name."
     )
     driver_model: str | None = Field(None, description="LLM for the proposer (OpenAI-compatible endpoint).")
     recipes: str | None = Field(
@@ -127,6 +130,20 @@ class RunConfig(BaseSettings):
                 f"unknown approval policy {value!r}; use never, always, code, budget or a comma list"
             )
         return ",".join(parts)
+
+    @field_validator("sandbox")
+    @classmethod
+    def _sandbox(cls, value: str) -> str:
+        from sandbox.registry import SANDBOXES
+
+        return SANDBOXES.check(value)
+
+    @field_validator("proposer")
+    @classmethod
+    def _proposer(cls, value: str) -> str:
+        from agent.proposers import PROPOSERS
+
+        return PROPOSERS.check(value)
 
     @property
     def tracking_uri(self) -> str:

@@ -27,6 +27,7 @@ from agent.leftovers import end_leftovers
 from agent.llm.budget import Budget, BudgetLimits
 from agent.llm.errors import LLMBudgetExhaustedError, LLMUnavailableError
 from agent.models import resolve_base_model
+from agent.proposers import make_proposer
 from agent.proposers.base import Proposal, ProposalContext, Proposer, TrialRecord
 from agent.reporting import Reporter, append_result_row, flagged_report, plot_scores, submission_flags
 from agent.tracking import Tracker
@@ -61,22 +62,6 @@ def make_budget(config: RunConfig, ledger: Path | None = None) -> Budget:
         ),
         ledger=ledger,
     )
-
-
-def make_proposer(config: RunConfig, budget: Budget) -> Proposer:
-    """The LLM proposer when a driver model is configured, else the built-in one."""
-    if config.proposer_name == "llm":
-        from agent.proposers.llm import LLMProposer
-
-        return LLMProposer.from_env(
-            model=config.driver_model,
-            budget=budget,
-            price_file=config.llm_price_file,
-            max_repair_attempts=config.llm_max_repair_attempts,
-        )
-    from agent.proposers.builtin import BuiltinProposer
-
-    return BuiltinProposer(max_steps=config.trial_steps)
 
 
 def make_sandbox(config: RunConfig, reporter: Reporter) -> Sandbox:

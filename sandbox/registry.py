@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from sandbox.base import Sandbox
+from tasks.plugins import Registry
 
 log = logging.getLogger("rlloop.sandbox")
 
@@ -30,16 +31,28 @@ def _ray(**opts: Any) -> Sandbox:
     return RaySandbox(**opts)
 
 
-_BACKENDS: dict[str, Callable[..., Sandbox]] = {"local": _local, "docker": _docker, "ray": _ray}
+def _register_builtins() -> None:
+    SANDBOXES.register("local", _local)
+    SANDBOXES.register("docker", _docker)
+    SANDBOXES.register("ray", _ray)
 
 
-def register_backend(name: str, factory: Callable[..., Sandbox]) -> None:
-    """Add a backend (e.g. "ray") under `name`."""
-    _BACKENDS[name] = factory
+SANDBOXES: Registry[Callable[..., Sandbox]] = Registry(
+    "sandbox",
+    "rlloop.sandboxes",
+    builtins=_register_builtins,
+    reserved=("auto",),
+    hint="see `rlloop sandbox list`",
+)
+
+
+def register_backend(name: str, factory: Callable[..., Sandbox], *, replace: bool = False) -> None:
+    """Add a backend under `name` (plugins can declare one in the `rlloop.sandboxes` entry point group instead)."""
+    SANDBOXES.register(name, factory, replace=replace)
 
 
 def list_backends() -> list[str]:
-    return sorted([*_BACKENDS, "auto"])
+    return sorted(SANDBOXES.choices())
 
 
 def isolation_of(sandbox: Sandbox) -> str:
@@ -68,9 +81,7 @@ def get_sandbox(name: str = "auto", **opts: Any) -> Sandbox:
                 status.summary(),
             )
         return local
-    factory = _BACKENDS.get(name)
-    if factory is None:
-        raise ValueError(f"unknown sandbox {name!r}: choose one of {', '.join(list_backends())}")
+    factory = SANDBOXES.get(name)  # UnknownPluginError (a KeyError) lists the registered backends
     if name == "local":
         opts.setdefault("isolate", True)  # asked for by name: isolated, or a clear error that says why not
     return factory(**opts)

@@ -29,8 +29,9 @@ log = logging.getLogger("rlloop.plugins")
 T = TypeVar("T")
 
 
-class UnknownPluginError(KeyError):
-    """A name nobody registered; the message lists the registered names and where to look."""
+class UnknownPluginError(KeyError, ValueError):
+    """A name nobody registered (a KeyError for lookups, a ValueError for config checks); the message lists the
+    registered names and where to look."""
 
     def __str__(self) -> str:
         return str(self.args[0])
