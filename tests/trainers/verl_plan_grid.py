@@ -1,0 +1,128 @@
+"""The grid of planner inputs whose outputs `fixtures/verl_plans.json` pins (captured from the one-function planner
+before it became one builder per family), and how to record one. Run `python -m tests.trainers.verl_plan_grid` to
+rewrite the fixture; do that only when a plan is meant to change, and review the diff."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from typer.testing import CliRunner
+
+from tasks.atomic import atomic_write_json
+from trainers.plan_cli import app
+from trainers.verl_plan import STAGES, plan
+
+FIXTURE = Path(__file__).parent / "fixtures" / "verl_plans.json"
+
+VARIANTS: dict[str, dict[str, Any]] = {
+    "default": {},
+    "two_nodes": {"nodes": 2, "gpus_per_node": 8},
+    "batch_128": {"train_batch_size": 128},
+    "hub_model_console": {"model": "Qwen/Qwen2.5-0.5B-Instruct", "loggers": ["console"]},
+    "model_root": {"model": "<MODEL_ROOT>/m"},
+    "relative_model": {"model": "./local/model", "loggers": []},
+    "absolute_model": {"model": "/models/base", "loggers": ["wandb"]},
+    "every_knob": {
+        "nodes": 3,
+        "gpus_per_node": 4,
+        "gpu_type": "NVIDIA A100 80GB",
+        "rollout_n": 4,
+        "train_batch_size": 3,
+        "max_prompt_length": 512,
+        "max_response_length": 4096,
+        "tensor_parallel": 2,
+        "top_k": 64,
+        "rounds": 5,
+        "loggers": ["console", "wandb", "mlflow"],
+        "experiment": "exp one",
+    },
+}
+
+ERRORS: dict[str, dict[str, Any]] = {
+    "unknown_family": {"family": "ppo"},
+    "unknown_stage": {"family": "gad", "stage": "x"},
+    "stage_of_other_family": {"family": "grpo", "stage": "distill"},
+    "tp_does_not_divide": {"family": "grpo", "gpus_per_node": 8, "tensor_parallel": 3},
+    "zero_nodes": {"family": "opo", "nodes": 0},
+    "zero_gpus": {"family": "oel", "gpus_per_node": 0},
+}
+
+CLI: dict[str, list[str]] = {
+    "oel_json": ["plan", "--family", "oel", "--nodes", "2", "--json"],
+    "grpo_text": ["plan", "--family", "grpo"],
+    "coach_stage_json": [
+        "plan",
+        "--family",
+        "coach",
+        "--stage",
+        "rl_baseline",
+        "--tensor-parallel",
+        "2",
+        "--json",
+    ],
+    "gad_knobs": [
+        "plan",
+        "--family",
+        "gad",
+        "--model",
+        "org/m",
+        "--rollout-n",
+        "2",
+        "--train-batch-size",
+        "16",
+    ],
+    "unknown_family": ["plan", "--family", "nope"],
+    "unknown_stage": ["plan", "--family", "opcd", "--stage", "rollout"],
+}
+
+
+def cases() -> dict[str, dict[str, Any]]:
+    """Every family with every variant over all its stages, every stage alone, and the refused inputs."""
+    grid: dict[str, dict[str, Any]] = {}
+    for family, stages in STAGES.items():
+        for variant, kwargs in VARIANTS.items():
+            grid[f"{family}/all/{variant}"] = {"family": family, **kwargs}
+        for stage in stages:
+            grid[f"{family}/{stage}/default"] = {"family": family, "stage": stage}
+            grid[f"{family}/{stage}/every_knob"] = {
+                "family": family,
+                "stage": stage,
+                **VARIANTS["every_knob"],
+            }
+    grid.update({f"error/{name}": kwargs for name, kwargs in ERRORS.items()})
+    return grid
+
+
+def record(kwargs: dict[str, Any], *, text: bool = False) -> dict[str, Any]:
+    """What the planner answers for `kwargs`: the plan as JSON (and as text when `text`), or the ValueError's
+    message."""
+    call: dict[str, Any] = {k: tuple(v) if k == "loggers" else v for k, v in kwargs.items()}
+    try:
+        result = plan(**call)
+    except ValueError as exc:
+        return {"error": str(exc)}
+    return {"plan": result.model_dump(mode="json")} | ({"text": result.render()} if text else {})
+
+
+def record_cli(args: list[str]) -> dict[str, Any]:
+    """What `rlloop plan args...` prints and exits with."""
+    out = CliRunner().invoke(app, args)
+    return {"exit_code": out.exit_code, "output": out.output}
+
+
+def with_text(name: str) -> bool:
+    """The rendered text is pinned for a few cases only (it is a function of the plan; the fixture stays small)."""
+    return name.endswith(("/all/default", "/all/every_knob"))
+
+
+def snapshot() -> dict[str, Any]:
+    return {
+        "plans": {name: record(kwargs, text=with_text(name)) for name, kwargs in cases().items()},
+        "cli": {name: record_cli(args) for name, args in CLI.items()},
+    }
+
+
+if __name__ == "__main__":
+    atomic_write_json(FIXTURE, snapshot(), indent=1, sort_keys=True)
+    print(f"wrote {FIXTURE}")
