@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, Field
+
+Network = Literal["none", "grader"]  # no network at all, or only the grading server (see grader_url)
 
 
 class SandboxUnavailableError(RuntimeError):
@@ -36,7 +38,7 @@ class SandboxRequest(BaseModel):
     gpus: list[int] = Field(default_factory=list)  # device indices handed to this command alone
     env: dict[str, str] = Field(default_factory=dict)  # on top of a scrubbed minimal environment
     mounts: list[Mount] = Field(default_factory=list)
-    network: str = "none"  # "none", or "grader" (only the grading server reachable)
+    network: Network = "none"
     grader_url: str | None = None
     labels: dict[str, str] = Field(default_factory=dict)  # e.g. rlloop.run, rlloop.trial
 

@@ -19,19 +19,16 @@ import atexit
 import contextlib
 import os
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
-from sandbox import reaper
+from sandbox import reaper, supervise
 from sandbox.base import CleanupReport, SandboxRequest, SandboxResult
-from sandbox.devices import gpu_lease
 from sandbox.dockerlib import docker_sdk
 from sandbox.grader_net import GraderNetwork, remove_leftovers
 from sandbox.images import TRAINER_IMAGE
 from sandbox.logstream import CappedLog
 from sandbox.namespaces import SANDBOX_UID, hand_to_sandbox_user
-from sandbox.output_watch import OutputWatch
 
 MANAGED_LABEL = "rlloop.managed"
 TMPFS_MB = 512
@@ -103,11 +100,8 @@ class DockerSandbox:
 
     # -- one run -------------------------------------------------------------------------------------------
     def run(self, request: SandboxRequest) -> SandboxResult:
-        _check(request)
-        with gpu_lease(
-            request.gpus, holder=request.describe()
-        ):  # never two users of one GPU (see devices.py)
-            return self._run(request)
+        _check_paths(request)
+        return supervise.run_leased(request, self._run)
 
     def _run(self, request: SandboxRequest) -> SandboxResult:
         docker = docker_sdk()
@@ -132,7 +126,7 @@ class DockerSandbox:
             env["RLLOOP_GRADER_URL"] = gate.url
         log = CappedLog(request.log_path, request.max_log_bytes)
         labels = {MANAGED_LABEL: "true", **request.labels}
-        started = time.monotonic()
+        sup = supervise.Supervisor(request, log, self.output_poll_s)
         container = self.client.containers.create(
             self.image,
             command=["sh", "-c", WATCHDOG, "rlloop-watchdog", *request.command],
@@ -155,14 +149,7 @@ class DockerSandbox:
             **network_kw,
             **_limits(request),
         )
-        interrupted = threading.Event()
-
-        def stop_from_outside() -> None:
-            interrupted.set()
-            _kill(container)
-
-        reaper.register(container.id, stop_from_outside)
-        timed_out = output_exceeded = False
+        reaper.register(container.id, sup.stopper(lambda: _kill(container)))
         reader: threading.Thread | None = None
         lifeline: Any = None
         try:
@@ -175,30 +162,10 @@ class DockerSandbox:
             exited = threading.Event()
             waiter = threading.Thread(target=_wait, args=(container, exited), daemon=True)
             waiter.start()
-            watch = OutputWatch(request.workspace, request.max_output_mb)
-            deadline = started + request.timeout_s
-            next_watch = started + self.output_poll_s
-            while not exited.is_set() and not interrupted.is_set():
-                now = time.monotonic()
-                if now >= deadline:
-                    timed_out = True
-                    break
-                if now >= next_watch:
-                    next_watch = now + self.output_poll_s
-                    if watch.exceeded():
-                        output_exceeded = True
-                        break
-                exited.wait(timeout=min(0.5, deadline - now, max(0.01, next_watch - now)))
-            if timed_out:
-                log.note(f"wall-clock limit of {request.timeout_s:g}s reached: stopping the container")
-            if output_exceeded:
-                log.note(
-                    f"the workspace grew by {watch.peak_growth // 2**20} MB, past max_output_mb="
-                    f"{request.max_output_mb}: stopping the container"
-                )
+            sup.watch(exited.wait, stopping="the container")
             if not exited.is_set():
                 with contextlib.suppress(Exception):
-                    container.stop(timeout=0 if interrupted.is_set() else max(1, round(self.grace_s)))
+                    container.stop(timeout=0 if sup.interrupted.is_set() else max(1, round(self.grace_s)))
                 exited.wait(timeout=30)
             if reader is not None:
                 reader.join(timeout=10)
@@ -212,23 +179,8 @@ class DockerSandbox:
             with contextlib.suppress(Exception):
                 container.remove(force=True)
             _close_socket(lifeline)
-        oom = bool(state.get("OOMKilled"))
-        if oom:
-            log.note(f"out of memory: the container went over memory_mb={request.memory_mb}")
-        log.close()
-        killed_by_us = timed_out or output_exceeded or interrupted.is_set()
-        return SandboxResult(
-            exit_code=None if killed_by_us else int(state.get("ExitCode", -1)),
-            log_path=request.log_path,
-            duration_s=time.monotonic() - started,
-            timed_out=timed_out,
-            oom_killed=oom,
-            interrupted=interrupted.is_set(),
-            output_limit_exceeded=output_exceeded,
-            log_tail=log.tail(),
-            backend=self.name,
-            image_digest=image.id,
-        )
+        sup.finish(bool(state.get("OOMKilled")))
+        return sup.result(int(state.get("ExitCode", -1)), self.name, image_digest=image.id)
 
     # -- pieces --------------------------------------------------------------------------------------------
     def _user_for(self, workspace: Path) -> str:
@@ -311,13 +263,10 @@ def _limits(request: SandboxRequest) -> dict[str, Any]:
 def _ulimits(request: SandboxRequest) -> list[Any]:
     docker = docker_sdk()
 
-    limits = []
-    if request.max_output_mb is not None:
-        size = request.max_output_mb * 1024 * 1024
-        limits.append(docker.types.Ulimit(name="fsize", soft=size, hard=size))
-    if request.cpu_time_s is not None:
-        limits.append(docker.types.Ulimit(name="cpu", soft=request.cpu_time_s, hard=request.cpu_time_s + 5))
-    return limits
+    return [
+        docker.types.Ulimit(name=name, soft=soft, hard=hard)
+        for name, (soft, hard) in supervise.rlimits(request).items()
+    ]
 
 
 def _pump_stream(stream: Any, log: CappedLog) -> None:
@@ -347,15 +296,10 @@ def _kill(container: Any) -> None:
         container.kill()
 
 
-def _check(request: SandboxRequest) -> None:
-    if not request.command:
-        raise ValueError("sandbox request has an empty command: pass the program and its arguments as a list")
-    if not request.workspace.is_absolute() or not request.workspace.is_dir():
-        raise ValueError(
-            f"workspace {request.workspace} must be an existing folder given by its absolute path"
-        )
+def _check_paths(request: SandboxRequest) -> None:
+    """The engine binds absolute paths only, and makes a missing mount source a root-owned folder: refuse both."""
+    if not request.workspace.is_absolute():
+        raise ValueError(f"workspace {request.workspace} must be given by its absolute path")
     for mount in request.mounts:
         if not mount.source.exists():
             raise ValueError(f"mount source {mount.source} does not exist: create it or drop the mount")
-    if request.network not in ("none", "grader"):
-        raise ValueError(f"unknown network {request.network!r}: use 'none' or 'grader'")

@@ -29,20 +29,18 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from sandbox import namespaces, reaper
+from sandbox import namespaces, reaper, supervise
 from sandbox.base import CleanupReport, Mount, SandboxRequest, SandboxResult, SandboxUnavailableError
-from sandbox.devices import gpu_lease
 from sandbox.jail import Jail
 from sandbox.logstream import CappedLog, pump
-from sandbox.output_watch import OutputWatch
 from sandbox.relay import UnixRelay
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 PR_SET_PDEATHSIG = 1
+RLIMITS = {"cpu": resource.RLIMIT_CPU, "fsize": resource.RLIMIT_FSIZE}  # supervise.rlimits' names
 LABELS_ENV = (
     "RLLOOP_SANDBOX_LABELS"  # on the sandbox's outermost process: how cleanup() of another process finds it
 )
@@ -73,17 +71,23 @@ def _die_with_parent() -> None:
 
 def _set_limits(request: SandboxRequest, memory_by_rlimit: bool) -> None:
     """rlimits for the child (runs between fork and exec)."""
-    if request.cpu_time_s is not None:
-        resource.setrlimit(resource.RLIMIT_CPU, (request.cpu_time_s, request.cpu_time_s + 5))
-    if request.max_output_mb is not None:
-        size = request.max_output_mb * 1024 * 1024
-        resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))
+    for name, limit in supervise.rlimits(request).items():
+        resource.setrlimit(RLIMITS[name], limit)
     if memory_by_rlimit and request.memory_mb is not None:
-        size = request.memory_mb * 1024 * 1024
+        size = request.memory_mb * supervise.MB
         resource.setrlimit(resource.RLIMIT_AS, (size, size))
     # RLIMIT_NPROC counts every process of the user and root ignores it: only meaningful for other users.
     if request.max_processes is not None and os.geteuid() != 0:
         resource.setrlimit(resource.RLIMIT_NPROC, (request.max_processes, request.max_processes))
+
+
+def _exited(proc: subprocess.Popen[bytes], timeout: float) -> bool:
+    """Wait up to `timeout` seconds for the command's leader; whether it has exited."""
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return False
+    return True
 
 
 class LocalSandbox:
@@ -117,18 +121,14 @@ class LocalSandbox:
         self._lock = threading.Lock()
 
     def run(self, request: SandboxRequest) -> SandboxResult:
-        _check(request)
-        with gpu_lease(
-            request.gpus, holder=request.describe()
-        ):  # never two users of one GPU (see devices.py)
-            return self._run(request)
+        _check_mounts(request)
+        return supervise.run_leased(request, self._run)
 
     def _run(self, request: SandboxRequest) -> SandboxResult:
         jail = Jail(self.use_cgroup, request.memory_mb, request.max_processes, request.cpus)
         memory_by_rlimit = not jail.uses_cgroup and not request.gpus  # RLIMIT_AS breaks CUDA's address space
         log = CappedLog(request.log_path, request.max_log_bytes)
-        interrupted = threading.Event()
-        started = time.monotonic()
+        sup = supervise.Supervisor(request, log, self.output_poll_s)
 
         def child_setup() -> None:
             _die_with_parent()
@@ -153,56 +153,21 @@ class LocalSandbox:
             )
         except OSError as exc:
             log.note(f"could not start {request.command[0]!r}: {exc}")
-            log.close()
             jail.close()
             _close_gate(gate)
-            return SandboxResult(
-                exit_code=127,
-                log_path=request.log_path,
-                duration_s=time.monotonic() - started,
-                log_tail=log.tail(),
-                backend=self.name,
-            )
+            sup.finish(oom_killed=False)
+            return sup.result(127, self.name)
         jail.leader = proc.pid
-
-        def stop_from_outside() -> None:
-            interrupted.set()
-            jail.signal(signal.SIGKILL)
-
         with self._lock:
             self._runs[jail.id] = (request.labels, jail)
-        reaper.register(jail.id, stop_from_outside)
+        reaper.register(jail.id, sup.stopper(lambda: jail.signal(signal.SIGKILL)))
         assert proc.stdout is not None
         reader = threading.Thread(target=pump, args=(proc.stdout, log), daemon=True)
         reader.start()
-        watch = OutputWatch(request.workspace, request.max_output_mb)
-        timed_out = output_exceeded = False
-        deadline = started + request.timeout_s
-        next_watch = started + self.output_poll_s
         try:
-            while proc.poll() is None and not interrupted.is_set():
-                now = time.monotonic()
-                if now >= deadline:
-                    timed_out = True
-                    break
-                if now >= next_watch:
-                    next_watch = now + self.output_poll_s
-                    if watch.exceeded():
-                        output_exceeded = True
-                        break
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    proc.wait(timeout=min(0.5, deadline - now, max(0.01, next_watch - now)))
-            if timed_out:
-                log.note(
-                    f"wall-clock limit of {request.timeout_s:g}s reached: stopping every process of the run"
-                )
-            if output_exceeded:
-                log.note(
-                    f"the workspace grew by {watch.peak_growth // 2**20} MB, past max_output_mb="
-                    f"{request.max_output_mb}: stopping the run"
-                )
+            sup.watch(lambda timeout: _exited(proc, timeout), stopping="every process of the run")
             if proc.poll() is None:
-                jail.terminate(0.0 if interrupted.is_set() else self.grace_s)
+                jail.terminate(0.0 if sup.interrupted.is_set() else self.grace_s)
             else:
                 jail.kill()  # the leader is done: whatever it left running in the background goes too
             proc.wait()
@@ -218,27 +183,14 @@ class LocalSandbox:
             oom = jail.oom_kills() > 0
             jail.close()
             _close_gate(gate)
-            if oom:
-                log.note(f"out of memory: the run was over memory_mb={request.memory_mb}")
             # bubblewrap reports its command's death by signal as 128 + the signal, as a shell does
             if proc.returncode in (-signal.SIGXCPU, 128 + signal.SIGXCPU):
                 log.note(f"CPU-time limit of {request.cpu_time_s}s (cpu_time_s) reached")
-            log.close()
-        killed_by_us = timed_out or output_exceeded or interrupted.is_set()
+            sup.finish(oom)
         rc = proc.returncode
         if rc is not None and rc < 0:
             rc = 128 - rc  # killed by a signal, as a shell reports it
-        return SandboxResult(
-            exit_code=None if killed_by_us else rc,
-            log_path=request.log_path,
-            duration_s=time.monotonic() - started,
-            timed_out=timed_out,
-            oom_killed=oom,
-            interrupted=interrupted.is_set(),
-            output_limit_exceeded=output_exceeded,
-            log_tail=log.tail(),
-            backend=self.name,
-        )
+        return sup.result(rc, self.name)
 
     def _argv(self, request: SandboxRequest, env: dict[str, str]) -> tuple[list[str], UnixRelay | None]:
         """The command as started (under bubblewrap when isolated) and its gate to the grader, if it has one. A
@@ -276,11 +228,11 @@ class LocalSandbox:
         for run_labels, jail in runs:
             if jail.leader is not None:
                 mine.add(jail.leader)
-            if _labels_match(run_labels, labels):
+            if supervise.labels_match(run_labels, labels):
                 jail.signal(signal.SIGKILL)
                 stopped.append(f"trial process of {run_labels.get('rlloop.trial', '?')}")
         for pid, run_labels in _labelled_processes().items():
-            if pid not in mine and _labels_match(run_labels, labels):
+            if pid not in mine and supervise.labels_match(run_labels, labels):
                 with contextlib.suppress(OSError):
                     os.killpg(pid, signal.SIGKILL)
                 with contextlib.suppress(OSError):
@@ -313,10 +265,6 @@ def _labels_value(labels: dict[str, str]) -> str:
     return ",".join(f"{k}={v}" for k, v in sorted(labels.items())) or "-"
 
 
-def _labels_match(run_labels: dict[str, str], wanted: dict[str, str] | None) -> bool:
-    return wanted is None or all(run_labels.get(k) == v for k, v in wanted.items())
-
-
 def _labelled_processes() -> dict[int, dict[str, str]]:
     """Leaders of local sandbox runs on this machine (any process), with their labels. A leader is the process
     that carries the labels but whose parent does not: under bubblewrap, the outer bwrap, whose death ends the
@@ -340,15 +288,10 @@ def _labelled_processes() -> dict[int, dict[str, str]]:
     return {pid: labels for pid, (ppid, labels) in found.items() if ppid not in found}
 
 
-def _check(request: SandboxRequest) -> None:
-    if not request.command:
-        raise ValueError("sandbox request has an empty command: pass the program and its arguments as a list")
-    if not request.workspace.is_dir():
-        raise ValueError(f"workspace {request.workspace} is not a folder: create it before running a trial")
+def _check_mounts(request: SandboxRequest) -> None:
+    """Bubblewrap binds a host path at the same path only."""
     for mount in request.mounts:
         if mount.target is not None and Path(mount.target) != Path(mount.source):
             raise ValueError(
                 f"local sandbox cannot remap {mount.source} to {mount.target}: use the same path or the docker backend"
             )
-    if request.network not in ("none", "grader"):
-        raise ValueError(f"unknown network {request.network!r}: use 'none' or 'grader'")
