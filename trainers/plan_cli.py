@@ -12,14 +12,14 @@ from typing import Annotated
 import typer
 
 from trainers.check_inputs import check_inputs
-from trainers.verl_plan import STAGES, plan
+from trainers.verl_plan import family_names, plan
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__, pretty_exceptions_enable=False)
 
 
 @app.command("plan")
 def plan_command(
-    family: Annotated[str, typer.Option("--family", help=f"One of: {', '.join(STAGES)}.")],
+    family: Annotated[str, typer.Option("--family", help=f"One of: {', '.join(family_names())}.")],
     stage: Annotated[str, typer.Option(help="'all' or one stage of the family.")] = "all",
     model: Annotated[
         str, typer.Option(help="Model path (use <MODEL_ROOT>/...) or hub id.")
@@ -35,7 +35,7 @@ def plan_command(
     """Print the staged verl commands and the prerequisites checklist for a recipe family (nothing is run)."""
     try:
         result = plan(
-            family,  # type: ignore[arg-type]
+            family,
             stage,
             model,
             nodes,
