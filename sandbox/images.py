@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from sandbox.dockerlib import docker_sdk
+from tasks.atomic import atomic_write_text
 
 TRAINER_IMAGE = "rlloop/trainer:cpu"
 TRAINER_GPU_IMAGE = "rlloop/trainer:gpu"
@@ -161,8 +162,9 @@ def build_wheelhouse(requirements: list[str], say: Say = print) -> Path:
     result = subprocess.run([*cmd, *requirements], text=True, capture_output=True)
     if result.returncode != 0:
         raise RuntimeError(f"pip download failed (exit {result.returncode}):\n{result.stderr[-3000:]}")
-    (house / "requirements.txt").write_text(wanted)
-    stamp.write_text(wanted)
+    atomic_write_text(house / "requirements.txt", wanted)
+    # the stamp goes last: a build cut short leaves none, so the next build downloads again
+    atomic_write_text(stamp, wanted)
     say(f"wheelhouse ready: {len(list(house.glob('*.whl')))} wheels")
     return house
 

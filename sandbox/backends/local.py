@@ -32,7 +32,7 @@ import threading
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from sandbox import namespaces, reaper, supervise
+from sandbox import namespaces, procs, reaper, supervise
 from sandbox.base import CleanupReport, Mount, SandboxRequest, SandboxResult, SandboxUnavailableError
 from sandbox.jail import Jail
 from sandbox.logstream import CappedLog, pump
@@ -269,22 +269,11 @@ def _labelled_processes() -> dict[int, dict[str, str]]:
     """Leaders of local sandbox runs on this machine (any process), with their labels. A leader is the process
     that carries the labels but whose parent does not: under bubblewrap, the outer bwrap, whose death ends the
     namespace; unisolated, the command's session leader. A trial cannot rewrite its bubblewrap's environment."""
-    needle = f"{LABELS_ENV}=".encode()
     found: dict[int, tuple[int, dict[str, str]]] = {}
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/environ", "rb") as f:
-                values = [v for v in f.read().split(b"\0") if v.startswith(needle)]
-            with open(f"/proc/{entry.name}/stat", "rb") as f:
-                ppid = int(f.read().rsplit(b")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        if values:
-            raw = values[0][len(needle) :].decode(errors="replace")
-            labels = dict(p.split("=", 1) for p in raw.split(",") if "=" in p)
-            found[int(entry.name)] = (ppid, labels)
+    for pid, raw in procs.with_env(LABELS_ENV).items():
+        ppid = procs.parent_of(pid)
+        if ppid is not None:
+            found[pid] = (ppid, dict(p.split("=", 1) for p in raw.split(",") if "=" in p))
     return {pid: labels for pid, (ppid, labels) in found.items() if ppid not in found}
 
 

@@ -23,7 +23,7 @@ import time
 import uuid
 from typing import Any
 
-from sandbox import namespaces
+from sandbox import namespaces, procs, supervise
 from sandbox.base import SandboxRequest, SandboxResult
 
 MARKER_ENV = "RLLOOP_RAY_TRIAL"
@@ -102,7 +102,7 @@ class RaySandbox:
             "retry_exceptions": False,
         }
         if request.memory_mb:
-            options["memory"] = request.memory_mb * 1024 * 1024
+            options["memory"] = request.memory_mb * supervise.MB
         started = time.monotonic()
         ref = ray.remote(_trial_task).options(**options).remote(request.model_dump_json(), self.inner)
         with self._lock:
@@ -126,7 +126,7 @@ class RaySandbox:
             live = list(self._live.values())
         stopped = 0
         for run_labels, ref in live:
-            if labels is None or all(run_labels.get(k) == v for k, v in labels.items()):
+            if supervise.labels_match(run_labels, labels):
                 with contextlib.suppress(Exception):
                     import ray
 
@@ -188,16 +188,7 @@ def _trial_task(request_json: str, inner: str) -> dict[str, Any]:
 
 
 def _marked_pids(marker: str) -> set[int]:
-    needle = f"{MARKER_ENV}={marker}".encode()
-    found: set[int] = set()
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        with contextlib.suppress(OSError), open(f"/proc/{entry.name}/environ", "rb") as handle:
-            if needle in handle.read().split(b"\0"):
-                found.add(int(entry.name))
-    found.discard(os.getpid())
-    return found
+    return {pid for pid, value in procs.with_env(MARKER_ENV).items() if value == marker} - {os.getpid()}
 
 
 def watch(worker_pid: int, marker: str, poll_s: float = 0.5) -> int:
