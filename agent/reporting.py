@@ -1,11 +1,9 @@
-"""What people see: live console lines, a log file readable after a crash, results.csv, the score plot."""
+"""What people see: live console lines, a log file readable after a crash, the score plot (results.csv: `results`)."""
 
 from __future__ import annotations
 
-import csv
-import fcntl
+import io
 import logging
-import os
 import threading
 import time
 from collections.abc import Iterator
@@ -15,22 +13,7 @@ from typing import Any
 
 from rich.console import Console
 
-RESULTS_COLUMNS = [
-    "run_id",
-    "timestamp",
-    "task",
-    "agent",
-    "driver_model",
-    "base_model",
-    "baseline",
-    "best_score",
-    "improvement",
-    "submissions",
-    "duration_s",
-    "success",
-    "workspace",
-    "isolation",  # "container", "namespaces", or "none": how the run's trials were kept from the grader
-]
+from tasks.atomic import atomic_write_bytes
 
 
 class Reporter:
@@ -132,62 +115,6 @@ def flagged_report(trials: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
-def append_result_row(results_csv: Path, row: dict[str, Any]) -> None:
-    """Append one row under an exclusive lock, writing the header for a new file; never loses earlier rows. A file
-    from before a column was added gets the new header first (its rows, with that column empty, written to a new
-    file that replaces it whole), so every row lines up with the header."""
-    results_csv.parent.mkdir(parents=True, exist_ok=True)
-    while True:
-        with open(results_csv, "a+", newline="") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)
-            try:
-                if not _same_file(handle, results_csv):
-                    continue  # another writer replaced the file while this one waited: lock the new one
-                handle.seek(0)
-                header = next(csv.reader(handle), None)
-                if header is not None and header != RESULTS_COLUMNS:
-                    _upgrade_header(handle, results_csv)
-                    continue
-                handle.seek(0, 2)
-                writer = csv.DictWriter(handle, fieldnames=RESULTS_COLUMNS, extrasaction="ignore")
-                if handle.tell() == 0:
-                    writer.writeheader()
-                writer.writerow({k: ("" if row.get(k) is None else row[k]) for k in RESULTS_COLUMNS})
-                handle.flush()
-                return
-            finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-def _same_file(handle: Any, path: Path) -> bool:
-    try:
-        return os.fstat(handle.fileno()).st_ino == os.stat(path).st_ino
-    except FileNotFoundError:
-        return False
-
-
-def _upgrade_header(handle: Any, results_csv: Path) -> None:
-    """Rewrite an older results.csv under RESULTS_COLUMNS (unknown old columns kept at the end), atomically."""
-    handle.seek(0)
-    rows = list(csv.DictReader(handle))
-    extra = [c for c in (rows[0].keys() if rows else []) if c not in RESULTS_COLUMNS and c is not None]
-    tmp = results_csv.with_name(f".{results_csv.name}.{os.getpid()}.tmp")
-    with open(tmp, "w", newline="") as out:
-        writer = csv.DictWriter(out, fieldnames=[*RESULTS_COLUMNS, *extra], extrasaction="ignore")
-        writer.writeheader()
-        writer.writerows(rows)
-        out.flush()
-        os.fsync(out.fileno())
-    os.replace(tmp, results_csv)
-
-
-def read_results(results_csv: Path) -> list[dict[str, str]]:
-    if not results_csv.exists():
-        return []
-    with open(results_csv, newline="") as handle:
-        return list(csv.DictReader(handle))
-
-
 def plot_scores(path: Path, scores: list[float], baseline: float | None, title: str) -> Path | None:
     """Score over submissions, with the baseline and the best so far: the picture a reviewer wants."""
     if not scores:
@@ -211,9 +138,14 @@ def plot_scores(path: Path, scores: list[float], baseline: float | None, title: 
     ax.legend(loc="best")
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp.png")
-    fig.savefig(tmp)
+    return save_figure(fig, path)
+
+
+def save_figure(fig: Any, path: Path) -> Path:
+    """Write a matplotlib figure as PNG, atomically (an open UI never shows half an image), and free it."""
+    import matplotlib.pyplot as plt
+
+    image = io.BytesIO()
+    fig.savefig(image, format="png")
     plt.close(fig)
-    tmp.replace(path)
-    return path
+    return atomic_write_bytes(path, image.getvalue())

@@ -1,155 +1,35 @@
-"""One research run: the live resources behind the graph's nodes, and the driver that runs, pauses and resumes it."""
+"""The research loop's nodes: what each step of the graph (`agent.graph`) does with the run's live resources.
+
+prepare scores the baseline, propose asks the proposer, approve waits for a reviewer, run_trial trains in the
+sandbox, submit grades, record keeps the result, finish ends the run. Starting, pausing and resuming a run is
+`agent.driver`; the end of a run (results row, plot, MLflow) is `agent.finish`.
+"""
 
 from __future__ import annotations
 
-import json
 import os
-import signal
-import sqlite3
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-from pathlib import Path
-from types import FrameType
-from typing import Any, cast
+from typing import Any
 
-import httpx
-from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.sqlite import SqliteSaver
-from langgraph.types import Command, interrupt
+from langgraph.types import interrupt
 
 from agent import approvals
-from agent.config import RunConfig
-from agent.grading import GraderError, GraderProcess
-from agent.graph import LoopState, build_graph
-from agent.leftovers import end_leftovers
-from agent.llm.budget import Budget, BudgetLimits
+from agent.codecheck import check_and_repair
+from agent.finish import FINISH_RESERVE_S, close_tracking, final_figures, read_final, write_ending
+from agent.grading import GraderError
+from agent.graph import LoopState
+from agent.interrupts import failpoint
 from agent.llm.errors import LLMBudgetExhaustedError, LLMUnavailableError
-from agent.models import resolve_base_model
-from agent.proposers import make_proposer
-from agent.proposers.base import Proposal, ProposalContext, Proposer, TrialRecord
-from agent.reporting import Reporter, append_result_row, flagged_report, plot_scores, submission_flags
-from agent.tracking import Tracker
-from agent.trials import TrialSetupError, outcome, prepare_trial, python_for, sandbox_request
-from agent.workspace import RunPaths, atomic_write_json, ensure_home, new_run_id, prepare_workspace
-from grader.benchmarks import get_benchmark
-from sandbox.base import Sandbox
-from sandbox.registry import isolation_of
-
-FINISH_RESERVE_S = 20.0  # budget kept back for the final grading and bookkeeping
+from agent.proposers.base import Proposal, ProposalContext, TrialRecord
+from agent.reporting import submission_flags
+from agent.resources import RunResources
+from agent.results import ResultRow
+from agent.trials import TrialSetupError, outcome
 
 
-def failpoint(name: str, index: int | None = None) -> None:
-    """Crash-test hook: `RLLOOP_FAILPOINT=run_trial:2` kills this process with SIGKILL at that point of trial 2,
-    exactly like `kill -9` would. Unset in normal use; the resume tests use it to crash at every node."""
-    target = os.environ.get("RLLOOP_FAILPOINT")
-    if not target:
-        return
-    where, _, trial = target.partition(":")
-    if where == name and (not trial or index is None or int(trial) == index):
-        os.kill(os.getpid(), signal.SIGKILL)
-
-
-class RunInterrupted(KeyboardInterrupt):
-    """Ctrl-C or SIGTERM: stop children, keep everything written so far."""
-
-
-def make_budget(config: RunConfig, ledger: Path | None = None) -> Budget:
-    return Budget(
-        BudgetLimits(
-            max_usd=config.llm_max_usd, max_tokens=config.llm_max_tokens, max_compute_s=config.max_compute_s
-        ),
-        ledger=ledger,
-    )
-
-
-def make_sandbox(config: RunConfig, reporter: Reporter) -> Sandbox:
-    """The configured backend (chosen in `sandbox.registry`, the one place that decides). A run that trains
-    unisolated says so once, here, and carries `isolation=none` everywhere its numbers go."""
-    from sandbox.registry import get_sandbox
-
-    sandbox = get_sandbox(config.sandbox)
-    if isolation_of(sandbox) == "none":
-        why = getattr(sandbox, "isolation_reason", "") or "the backend does not isolate trials"
-        reporter.warn(
-            f"trials run in the {sandbox.name} sandbox WITHOUT isolation ({why}); every score of this run is "
-            "marked isolation=none"
-        )
-    return sandbox
-
-
-class Research:
+class Research(RunResources):
     """Implements the loop's nodes over one run's workspace, grader, sandbox, proposer and MLflow parent run."""
-
-    def __init__(
-        self,
-        config: RunConfig,
-        paths: RunPaths,
-        reporter: Reporter,
-        proposer: Proposer,
-        sandbox: Sandbox,
-        budget: Budget | None = None,
-    ) -> None:
-        self.config = config
-        self.budget = budget or make_budget(config, paths.budget_ledger)
-        self.paths = paths
-        self.reporter = reporter
-        self.proposer = proposer
-        self.sandbox = sandbox
-        self.benchmark = get_benchmark(config.benchmark)
-        self.base_model: Path = Path()
-        self.tracker = Tracker(config.tracking_uri, config.home / "mlartifacts")
-        self._grader: GraderProcess | None = None
-        self._mark = time.monotonic()
-        self.grader_start_s = 0.0  # wall seconds spent starting the grader (model load + baseline)
-        self.graph: Any = None
-        self.thread: RunnableConfig | None = None
-
-    def last_state(self) -> LoopState:
-        """The last checkpointed state (empty before the graph's first step)."""
-        if self.graph is None or self.thread is None:
-            return cast(LoopState, {})
-        return cast(LoopState, self.graph.get_state(self.thread).values)
-
-    # ---- resources ---------------------------------------------------------------------------------------------
-    @property
-    def grader(self) -> GraderProcess:
-        """The run's grading server, (re)started on demand: after a resume it comes back with its whole store."""
-        if self._grader is None or self._grader.proc is None or self._grader.proc.poll() is not None:
-            grader = GraderProcess.load_or_create(
-                self.paths,
-                benchmark=self.config.benchmark,
-                base_model=self.base_model,
-                max_submissions=self.config.max_submissions or self.config.loop_n + 1,
-                min_interval_s=self.config.min_submit_interval,
-                public_fraction=self.config.public_fraction,
-                eval_limit=self.config.eval_limit,
-                eval_batch_size=self.config.eval_batch_size,
-                test_seed=self.config.test_seed,
-                isolation=isolation_of(self.sandbox),
-            )
-            started = time.monotonic()
-            with self.reporter.watching("starting the grading server and scoring the baseline"):
-                grader.start()
-            self.grader_start_s += time.monotonic() - started
-            self._grader = grader
-        return self._grader
-
-    def close(self) -> None:
-        if self._grader is not None:
-            self._grader.stop()
-
-    def used_s(self, state: LoopState) -> float:
-        return float(state.get("used_s", 0.0)) + (time.monotonic() - self._mark)
-
-    def _spend(self, state: LoopState) -> float:
-        used = self.used_s(state)
-        self._mark = time.monotonic()
-        return used
-
-    def trials(self, state: LoopState) -> list[TrialRecord]:
-        return [TrialRecord.model_validate(t) for t in state.get("trials", [])]
 
     # ---- routing -----------------------------------------------------------------------------------------------
     def stop_reason(self, state: LoopState) -> str | None:
@@ -164,9 +44,8 @@ class Research:
             return f"ran all {self.config.loop_n} trials"
         if self.used_s(state) >= self.config.timeout - FINISH_RESERVE_S:
             return f"time budget of {self.config.timeout:.0f}s spent"
-        cap = self.config.max_submissions or self.config.loop_n + 1
-        if state.get("submissions", 0) >= cap:
-            return f"submission cap of {cap} reached"
+        if state.get("submissions", 0) >= self.submission_cap:
+            return f"submission cap of {self.submission_cap} reached"
         return None
 
     def needs_approval(self, state: LoopState) -> bool:
@@ -184,7 +63,7 @@ class Research:
                 **self.config.model_dump(mode="json", exclude={"home"}),
                 "proposer": self.proposer.name,
                 "sandbox_backend": self.sandbox.name,
-                "isolation": isolation_of(self.sandbox),
+                "isolation": self.isolation,
                 "base_model_path": str(self.base_model),
             },
         )
@@ -213,7 +92,6 @@ class Research:
         trials = self.trials(state)
         index = len(trials) + 1
         trial_id = f"t{index:02d}"
-        cap = self.config.max_submissions or self.config.loop_n + 1
         context = ProposalContext(
             run_id=self.paths.run_id,
             benchmark=self.config.benchmark,
@@ -225,7 +103,7 @@ class Research:
             trials=trials,
             trials_left=self.config.loop_n - len(trials),
             seconds_left=max(0.0, self.config.timeout - FINISH_RESERVE_S - self.used_s(state)),
-            submissions_left=cap - state.get("submissions", 0),
+            submissions_left=self.submission_cap - state.get("submissions", 0),
             recipes=_recipes(self.config.recipes),
             seed=self.config.seed,
             feedback=state.get("feedback"),
@@ -288,39 +166,20 @@ class Research:
         trials = self.trials(state)
         started = time.time()
         if record.proposal.train_py:
-            problem = self.check_and_repair(record, trials, state)
+            problem = check_and_repair(self, record, trials)
             if problem is not None:
                 record.status, record.error = "failed", problem
                 record.duration_s = round(time.time() - started, 2)
                 self.reporter.error(f"{record.trial_id}: {problem}")
                 return {"current": record.model_dump(mode="json")}
+        seconds_left = max(30.0, self.config.timeout - FINISH_RESERVE_S - self.used_s(state))
+        timeout_s = min(self.config.trial_timeout, seconds_left + 60.0)
         try:
-            command = prepare_trial(
-                record.proposal,
-                trial_id=record.trial_id,
-                paths=self.paths,
-                base_model=self.base_model,
-                trials=trials,
-                benchmark=self.config.benchmark,
-                python=python_for(self.sandbox),
-            )
+            request = self.trial_request(record.proposal, record.trial_id, trials, timeout_s)
         except TrialSetupError as exc:
             record.status, record.error = "failed", str(exc)
             self.reporter.error(f"{record.trial_id}: {exc}")
             return {"current": record.model_dump(mode="json")}
-        seconds_left = max(30.0, self.config.timeout - FINISH_RESERVE_S - self.used_s(state))
-        from agent.trials import start_checkpoint
-
-        request = sandbox_request(
-            command,
-            trial_id=record.trial_id,
-            paths=self.paths,
-            base_model=self.base_model,
-            timeout_s=min(self.config.trial_timeout, seconds_left + 60.0),
-            memory_mb=self.config.trial_memory_mb,
-            cpus=self.config.trial_cpus,
-            model_path=start_checkpoint(record.proposal, self.paths, self.base_model, trials),
-        )
         with self.reporter.watching(f"{record.trial_id} training", request.log_path):
             if os.environ.get("RLLOOP_FAILPOINT", "").startswith("run_trial"):
                 threading.Timer(3.0, failpoint, ("run_trial", record.index)).start()  # die mid-training
@@ -334,68 +193,6 @@ class Research:
         else:
             self.reporter.error(f"{record.trial_id} failed: {record.error} (log: {request.log_path})")
         return {"current": record.model_dump(mode="json")}
-
-    def check_and_repair(
-        self, record: TrialRecord, trials: list[TrialRecord], state: LoopState
-    ) -> str | None:
-        """Proposed code must parse and pass a smoke run (a few steps, a few examples, in the sandbox) before the
-        full trial is paid for. Failures go back to the proposer to repair, up to the configured depth."""
-        from agent.proposers.llm import check_code
-
-        repair = getattr(self.proposer, "repair", None)
-        for attempt in range(self.config.llm_max_repair_attempts + 1):
-            assert record.proposal.train_py is not None
-            failure = check_code(record.proposal.train_py)
-            if failure is None:
-                failure = self.smoke_run(record, trials)
-            if failure is None:
-                if attempt:
-                    self.reporter.info(f"    code repaired after {attempt} attempt(s); smoke run passed")
-                return None
-            self.reporter.warn(
-                f"{record.trial_id}: proposed code failed its check: {failure.splitlines()[-1][:200]}"
-            )
-            if repair is None or attempt == self.config.llm_max_repair_attempts:
-                return f"code failed its check: {failure.strip().splitlines()[-1][:300]}"
-            try:
-                record.proposal = repair(record.proposal, failure)
-            except Exception as exc:
-                return f"code failed its check and could not be repaired: {exc}"
-        return "code failed its check"
-
-    def smoke_run(self, record: TrialRecord, trials: list[TrialRecord]) -> str | None:
-        smoke_id = f"{record.trial_id}-smoke"
-        try:
-            command = prepare_trial(
-                record.proposal,
-                trial_id=smoke_id,
-                paths=self.paths,
-                base_model=self.base_model,
-                trials=trials,
-                benchmark=self.config.benchmark,
-                python=python_for(self.sandbox),
-            )
-        except TrialSetupError as exc:
-            return str(exc)
-        from agent.trials import checkpoint_ready, start_checkpoint
-
-        request = sandbox_request(
-            command,
-            trial_id=smoke_id,
-            paths=self.paths,
-            base_model=self.base_model,
-            timeout_s=self.config.smoke_timeout,
-            memory_mb=self.config.trial_memory_mb,
-            cpus=self.config.trial_cpus,
-            model_path=start_checkpoint(record.proposal, self.paths, self.base_model, trials),
-        )
-        request.env["RLLOOP_SMOKE"] = "1"
-        with self.reporter.watching(f"{record.trial_id} smoke run", request.log_path):
-            result = self.sandbox.run(request)
-        if result.ok and checkpoint_ready(self.paths.trial_dir(smoke_id) / "output"):
-            return None
-        why = result.reason() if not result.ok else "the smoke run wrote no checkpoint to OUTPUT_DIR"
-        return f"smoke run {why}\n--- log tail ---\n{result.log_tail[-3000:]}"
 
     def submit(self, state: LoopState) -> dict[str, Any]:
         record = TrialRecord.model_validate(state["current"])
@@ -425,22 +222,6 @@ class Research:
             "current": record.model_dump(mode="json"),
             "submissions": int(answer.get("total_submissions", 0)),
         }
-
-    def earlier_submission(self, checkpoint: Path) -> dict[str, Any] | None:
-        """The grader's finished, counted submission of this exact checkpoint folder, if there is one."""
-        scores = self.grader.get("/scores")
-        counted = [
-            s
-            for s in scores.get("submissions", [])
-            if s.get("duplicate_of") is None and s.get("score") is not None
-        ]
-        for view in counted:
-            if (
-                view.get("status") == "done"
-                and Path(view.get("model_path", "")).resolve() == checkpoint.resolve()
-            ):
-                return {**view, "total_submissions": len(counted)}
-        return None
 
     def record(self, state: LoopState) -> dict[str, Any]:
         record = TrialRecord.model_validate(state["current"])
@@ -521,86 +302,39 @@ class Research:
     # ---- the end of a run ---------------------------------------------------------------------------------------
     def finalize(self, state: LoopState, *, success: bool, status: str, reason: str) -> dict[str, Any]:
         """Read final results from the grader (never from workspace files), write results.csv, plot, MLflow."""
-        final: dict[str, Any] = {}
-        try:
-            if status != "interrupted":  # ends the grader's run: private scores revealed, no more submissions
-                final = self.grader.finalize()
-            elif (
-                self._grader is not None
-                and self._grader.proc is not None
-                and self._grader.proc.poll() is None
-            ):
-                live = self._grader.get("/scores")  # an interrupted run stays open for resume
-                final = {
-                    "total_submissions": sum(1 for s in live["submissions"] if s.get("duplicate_of") is None)
-                }
-        except (GraderError, OSError, httpx.HTTPError) as exc:
-            self.reporter.warn(f"could not read final results from the grader: {exc}")
-        # the final best is chosen on the public split and reported on the private one (when the run has the split)
-        baseline = _first(
+        final = read_final(self.reporter, lambda: self.final_results(status))
+        figures = final_figures(
             final,
-            "baseline_private_score",
-            default=_first(final, "baseline_score", state.get("baseline_score")),
+            baseline=state.get("baseline_score"),
+            best=state.get("best_score"),
+            submissions=state.get("submissions", 0),
         )
-        best = _first(
-            final, "final_private_score", default=_first(final, "best_score", state.get("best_score"))
+        builtin = self.proposer.name == "builtin"
+        row = ResultRow(
+            run_id=self.paths.run_id,
+            task=self.config.benchmark,
+            agent=self.config.agent_name if builtin else f"rlloop-{self.proposer.name}",
+            driver_model=self.config.driver_model or "",
+            base_model=self.config.base_model,
+            **figures,
+            duration_s=round(self.used_s(state), 1),
+            success=success,
+            workspace=str(self.paths.workspace),
+            isolation=self.isolation,
         )
-        submissions = int(_first(final, "total_submissions", default=state.get("submissions", 0)) or 0)
-        improvement = (best - baseline) if best is not None and baseline is not None else None
-        duration = self.used_s(state)
-        row = {
-            "run_id": self.paths.run_id,
-            "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S"),
-            "task": self.config.benchmark,
-            "agent": self.config.agent_name
-            if self.proposer.name == "builtin"
-            else f"rlloop-{self.proposer.name}",
-            "driver_model": self.config.driver_model or "",
-            "base_model": self.config.base_model,
-            "baseline": _fmt(baseline),
-            "best_score": _fmt(best),
-            "improvement": _fmt(improvement),
-            "submissions": submissions,
-            "duration_s": round(duration, 1),
-            "success": success,
-            "workspace": str(self.paths.workspace),
-            "isolation": isolation_of(self.sandbox),
-        }
-        append_result_row(self.config.home / "results.csv", row)
-        scores = [float(s) for s in state.get("scores", [])]
-        plot = plot_scores(self.paths.plot_png, scores, state.get("baseline_score"), f"{self.paths.run_id}")
-        summary = {**row, "status": status, "stop_reason": reason, "grader": final}
-        atomic_write_json(self.paths.run_dir / "summary.json", summary)
+        summary, plot = write_ending(
+            self.paths,
+            row,
+            status=status,
+            reason=reason,
+            scores=[float(s) for s in state.get("scores", [])],
+            public_baseline=state.get("baseline_score"),
+            extra={"grader": final},
+        )
         parent = state.get("mlflow_parent")
         if parent:
-            metrics = {"final_submission_count": float(submissions)}
-            if best is not None:
-                metrics["final_best_score"] = float(best)
-            if improvement is not None:
-                metrics["final_improvement"] = float(improvement)
-            self.tracker.log_metrics(parent, metrics, step=submissions)
-            if plot:
-                self.tracker.log_artifact(parent, plot)
-            self.tracker.log_artifact(parent, self.paths.run_dir / "summary.json")
-            self.tracker.set_tags(
-                parent,
-                {
-                    "rlloop.status": status,
-                    "rlloop.stop_reason": reason,
-                    "rlloop.isolation": isolation_of(self.sandbox),
-                },
-            )
-            self.tracker.finish(parent, success)
+            close_tracking(self.tracker, parent, row, self.paths, plot, status=status, reason=reason)
         return summary
-
-
-def _first(data: dict[str, Any], key: str, default: Any = None) -> Any:
-    value = data.get(key)
-    return default if value is None else value
-
-
-def _fmt(value: float | None) -> str:
-    return "" if value is None else f"{value:.4f}"
 
 
 def _recipes(allowed: str | None) -> list[str]:
@@ -617,195 +351,11 @@ def _recipes(allowed: str | None) -> list[str]:
     return wanted
 
 
-@contextmanager
-def interrupts_as_exceptions() -> Iterator[None]:
-    """Turn SIGTERM (and SIGINT) into RunInterrupted, so cleanup runs in one place."""
+def __getattr__(name: str) -> Any:
+    """`agent.runner.execute`, where older callers import it from: the driver lives in `agent.driver` (which
+    imports this module, so the name is looked up on first use)."""
+    if name == "execute":
+        from agent.driver import execute
 
-    def handler(signum: int, frame: FrameType | None) -> None:
-        raise RunInterrupted(signal.Signals(signum).name)
-
-    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-    for sig in previous:
-        signal.signal(sig, handler)
-    try:
-        yield
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
-
-
-def open_checkpointer(path: Path) -> SqliteSaver:
-    conn = sqlite3.connect(str(path), check_same_thread=False)
-    return SqliteSaver(conn)
-
-
-def execute(
-    config: RunConfig, *, resume_run_id: str | None = None, reporter: Reporter | None = None
-) -> dict[str, Any]:
-    """Run (or resume) a research run to its end. Returns the run's summary.
-
-    Ctrl-C and SIGTERM at any point stop every child, keep the workspace and logs, write the results row with
-    success false, and leave the run resumable.
-    """
-    home = ensure_home(config.home)
-    config.home = home
-    run_id = resume_run_id or config.run_id or new_run_id(config.benchmark)
-    paths = RunPaths(home, run_id)
-    if resume_run_id:
-        if not paths.run_json.exists():
-            raise FileNotFoundError(f"no run {run_id!r} under {home / 'runs'}; `rlloop runs` lists them")
-        saved = json.loads(paths.run_json.read_text())
-        saved.pop("run_id", None)
-        saved["home"] = str(home)
-        config = RunConfig.model_validate({**saved, "quiet": config.quiet, "run_id": run_id})
-    elif paths.run_dir.exists() and paths.checkpoints_db.exists():
-        raise FileExistsError(f"run {run_id!r} already exists; resume it with `rlloop resume {run_id}`")
-    benchmark = get_benchmark(config.benchmark)
-    came_back = paths.run_dir.exists()  # resumed, or a run id an earlier (dead) process had taken
-    paths.run_dir.mkdir(parents=True, exist_ok=True)
-    reporter = reporter or Reporter(paths.log_file, quiet=config.quiet)
-    atomic_write_json(paths.run_json, {**config.model_dump(mode="json"), "run_id": run_id})
-    (paths.run_dir / "pid").write_text(str(os.getpid()))
-    research: Research | None = None
-    try:
-        with interrupts_as_exceptions():
-            reporter.info(f"[bold]rlloop[/bold] run {run_id}: {config.base_model} on {config.benchmark}")
-            base_model = resolve_base_model(
-                config.base_model,
-                home,
-                on_build=lambda n: reporter.info(
-                    f"building the built-in model {n} (first use, about a minute)"
-                ),
-            )
-            with reporter.watching(f"writing the {config.benchmark} train/valid splits into the workspace"):
-                prepare_workspace(paths, benchmark)  # generated games take a minute the first time
-            budget = make_budget(config, paths.budget_ledger)  # a resumed run goes on from what it spent
-            proposer = make_proposer(config, budget)
-            sandbox = make_sandbox(config, reporter)
-            reporter.info(
-                f"proposer: {proposer.name} | sandbox: {sandbox.name} | workspace: {paths.workspace}"
-            )
-            research = Research(config, paths, reporter, proposer, sandbox, budget)
-            research.base_model = base_model
-            if came_back:  # trials, a grader an earlier, killed process left: ended and named in the log
-                end_leftovers(sandbox, paths, reporter)
-            values = _drive(research, resume=bool(resume_run_id))
-    except (RunInterrupted, KeyboardInterrupt) as exc:
-        reason = str(exc) or "SIGINT"
-        reporter.warn(f"interrupted ({reason}): stopping trials, keeping the workspace and logs")
-        if research is None:
-            summary = _interrupted_before_start(config, paths, reason)
-        else:
-            research.sandbox.cleanup({"rlloop.run": run_id})
-            summary = research.finalize(
-                research.last_state(), success=False, status="interrupted", reason=reason
-            )
-            research.close()
-        reporter.info(f"resume with: rlloop resume {run_id}")
-        reporter.close()
-        return summary
-    except BaseException:
-        if research is not None:
-            research.sandbox.cleanup({"rlloop.run": run_id})
-            research.close()
-        reporter.close()
-        raise
-    research.close()
-    summary = dict(values.get("final", {}))
-    print_summary(reporter, dict(values), summary)
-    reporter.close()
-    return summary
-
-
-def _drive(research: Research, *, resume: bool) -> LoopState:
-    """Invoke the graph until it ends, pausing at approval interrupts until a decision arrives."""
-    paths, reporter = research.paths, research.reporter
-    graph = build_graph(research).compile(checkpointer=open_checkpointer(paths.checkpoints_db))
-    thread: RunnableConfig = {"configurable": {"thread_id": paths.run_id}, "recursion_limit": 10_000}
-    research.graph, research.thread = graph, thread
-    existing = graph.get_state(thread)
-    payload: Any = {"run_id": paths.run_id}
-    if resume and existing.values:
-        reporter.info(f"resuming after {len(existing.values.get('trials', []))} finished trials")
-        payload = _recover_current(existing.values, research)
-    while True:
-        graph.invoke(payload, thread)
-        snapshot = graph.get_state(thread)
-        pending = [i for task in snapshot.tasks for i in task.interrupts]
-        if not pending:
-            return cast(LoopState, snapshot.values)
-        trial = pending[0].value["trial"]
-        reporter.info(
-            f"    waiting for approval of {trial['trial_id']}: `rlloop approve {paths.run_id}` "
-            "(or --reject REASON), or the service's approvals page"
-        )
-        decision = approvals.wait_for_decision(paths.run_dir, trial["trial_id"])
-        payload = Command(resume=decision.model_dump(mode="json"))
-
-
-def _interrupted_before_start(config: RunConfig, paths: RunPaths, reason: str) -> dict[str, Any]:
-    """Interrupted before the loop began (building the model, starting up): still one results row."""
-    row = {
-        "run_id": paths.run_id,
-        "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S"),
-        "task": config.benchmark,
-        "agent": config.agent_name,
-        "driver_model": config.driver_model or "",
-        "base_model": config.base_model,
-        "submissions": 0,
-        "success": False,
-        "workspace": str(paths.workspace),
-    }
-    append_result_row(config.home / "results.csv", row)
-    summary = {**row, "status": "interrupted", "stop_reason": reason}
-    atomic_write_json(paths.run_dir / "summary.json", summary)
-    return summary
-
-
-def _recover_current(values: dict[str, Any], research: Research) -> Any:
-    """A trial in flight when the run died is restarted from a clean folder (its half checkpoint is removed)."""
-    current = values.get("current")
-    if current and current.get("status") in ("pending", "running"):
-        research.reporter.warn(f"{current['trial_id']} was interrupted mid-trial; it will be restarted")
-    return None
-
-
-def print_summary(reporter: Reporter, values: dict[str, Any], summary: dict[str, Any]) -> None:
-    from rich.table import Table
-
-    table = Table(title=f"run {values.get('run_id', '')}: {summary.get('stop_reason', '')}")
-    for column in ("trial", "recipe", "from", "status", "score", "seconds"):
-        table.add_column(column)
-    for t in values.get("trials", []):
-        score = t.get("score")
-        table.add_row(
-            t["trial_id"],
-            t["proposal"]["recipe"],
-            t["proposal"].get("init_from") or "base",
-            t["status"],
-            "" if score is None else f"{score:.3f}",
-            f"{t.get('duration_s', 0):.0f}",
-        )
-    reporter.console.print(table)
-    for line in flagged_report(values.get("trials", [])):
-        reporter.warn(line)
-    baseline, best = values.get("baseline_score"), values.get("best_score")
-    if best is not None and baseline is not None:
-        gain = (best - baseline) * 100
-        verdict = "beats" if best > baseline else "does not beat"
-        reporter.info(
-            f"[bold]best {best:.3f}[/bold] ({values.get('best_trial_id')}) {verdict} the baseline {baseline:.3f} "
-            f"by {gain:+.1f} points over {values.get('submissions', 0)} submissions"
-        )
-    else:
-        reporter.info("no submission beat the baseline")
-    grader = summary.get("grader") or {}
-    if grader.get("public_private_split") and grader.get("final_private_score") is not None:
-        private, private_base = grader["final_private_score"], grader.get("baseline_private_score") or 0.0
-        reporter.info(
-            f"on the private half of the test set (never used to choose): best {private:.3f} vs baseline "
-            f"{private_base:.3f}, {100 * (private - private_base):+.1f} points"
-        )
-    reporter.info(
-        f"results: {summary.get('workspace', '')} | plot: score_over_submissions.png | `rlloop ui` for MLflow"
-    )
+        return execute
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -2,44 +2,21 @@
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from grader.benchmarks import Benchmark
+
+# re-exported for the agent's many callers; `tasks.atomic` is the one writer
+from tasks.atomic import atomic_write_json as atomic_write_json
+from tasks.atomic import atomic_write_text as atomic_write_text
 
 
 class HomeNotWritableError(RuntimeError):
     """RLLOOP_HOME cannot be created or written."""
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write via a temp file and rename, so readers never see half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; keep the mode a plain open() would give
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-def atomic_write_json(path: Path, data: Any) -> None:
-    atomic_write_text(path, json.dumps(data, indent=2, default=str) + "\n")
 
 
 def ensure_home(home: Path) -> Path:
@@ -101,6 +78,11 @@ class RunPaths:
     @property
     def run_json(self) -> Path:
         return self.run_dir / "run.json"
+
+    @property
+    def summary_json(self) -> Path:
+        """How the run ended: its results row, status, stop reason and the grader's final numbers."""
+        return self.run_dir / "summary.json"
 
     @property
     def log_file(self) -> Path:

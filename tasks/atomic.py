@@ -12,7 +12,7 @@ import os
 import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TextIO, cast
 
 
 def _umask() -> int:
@@ -43,6 +43,11 @@ def atomic_write(path: str | Path, write: Callable[[IO[str]], Any], *, mode: int
 def atomic_write_text(path: str | Path, text: str, *, mode: int | None = None) -> Path:
     """Write `text` to `path` atomically."""
     return atomic_write(path, lambda handle: handle.write(text), mode=mode)
+
+
+def atomic_write_bytes(path: str | Path, data: bytes, *, mode: int | None = None) -> Path:
+    """Write `data` (an image, an archive) atomically, through the temp file's binary buffer."""
+    return atomic_write(path, lambda handle: cast(TextIO, handle).buffer.write(data), mode=mode)
 
 
 def atomic_write_json(

@@ -8,12 +8,12 @@ every record is written through (atomically), and a resumed run starts from what
 from __future__ import annotations
 
 import logging
-import os
-import tempfile
 import threading
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from tasks.atomic import atomic_write_text
 
 log = logging.getLogger(__name__)
 
@@ -65,11 +65,7 @@ class Budget:
         if self.ledger is None:
             return
         try:
-            with tempfile.NamedTemporaryFile(
-                "w", dir=self.ledger.parent, suffix=".tmp", delete=False
-            ) as handle:
-                handle.write(self._spent.model_dump_json())
-            os.replace(handle.name, self.ledger)
+            atomic_write_text(self.ledger, self._spent.model_dump_json())
         except OSError as exc:
             log.warning("could not write the budget ledger %s: %s", self.ledger, exc)
 

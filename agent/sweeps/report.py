@@ -13,8 +13,9 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from agent.reporting import save_figure
 from agent.sweeps.manifest import Manifest, sweeps_dir
-from agent.workspace import atomic_write_text
+from tasks.atomic import atomic_write_text
 
 METRICS = (
     "baseline",
@@ -250,12 +251,7 @@ def plot_groups(path: Path, groups: list[GroupRow]) -> Path | None:
         ax.set_ylabel("improvement over baseline")
         ax.grid(alpha=0.3, axis="y")
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.stem}.tmp.png")
-    fig.savefig(tmp)
-    plt.close(fig)
-    tmp.replace(path)
-    return path
+    return save_figure(fig, path)
 
 
 def write_report(home: Path, manifest: Manifest) -> tuple[str, Path, Path | None]:

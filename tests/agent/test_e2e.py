@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from mlflow import MlflowClient
 
-from agent.reporting import read_results
+from agent.results import read_results
 from agent.status import collect_runs, read_state
 
 pytestmark = pytest.mark.slow

@@ -13,7 +13,7 @@ import pytest
 
 from agent.config import RunConfig
 from agent.external import ExternalAgentError, TokenRelay, load_agent, run_external
-from agent.reporting import read_results
+from agent.results import read_results
 
 FIXTURE = Path(__file__).parent / "fixtures" / "example_agent"
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.reporting import read_results
+from agent.results import read_results
 from agent.status import read_state
 from tests.support.openai_server import ScriptedOpenAIServer, reply
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from agent.reporting import RESULTS_COLUMNS, append_result_row, plot_scores, read_results
+from agent.reporting import plot_scores
+from agent.results import RESULTS_COLUMNS, append_result_row, read_results
 
 
 def test_rows_append_under_concurrency(tmp_path: Path) -> None:

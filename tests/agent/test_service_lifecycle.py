@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from agent.approvals import read_decision
-from agent.reporting import read_results
+from agent.results import read_results
 from tests.agent.service_support import kill_workers, running_service, wait_for
 
 pytestmark = pytest.mark.slow

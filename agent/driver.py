@@ -1,0 +1,151 @@
+"""The run driver: start (or resume) a research run, drive its graph to the end through approval pauses, and stop
+it cleanly on Ctrl-C or SIGTERM, leaving it resumable. The nodes themselves are `agent.runner.Research`."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+from typing import Any, cast
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.sqlite import SqliteSaver
+from langgraph.types import Command
+
+from agent import approvals
+from agent.config import RunConfig
+from agent.finish import interrupted_before_start, print_summary
+from agent.graph import LoopState, build_graph
+from agent.interrupts import RunInterrupted, interrupts_as_exceptions
+from agent.leftovers import end_leftovers
+from agent.models import resolve_base_model
+from agent.proposers import make_proposer
+from agent.reporting import Reporter
+from agent.runner import Research
+from agent.startup import locate_run, make_budget, open_sandbox, record_run
+from agent.workspace import RunPaths, prepare_workspace
+from grader.benchmarks import get_benchmark
+
+
+def open_checkpointer(path: Path) -> SqliteSaver:
+    """The graph's checkpoints in the run's SQLite file: what a resumed run continues from."""
+    conn = sqlite3.connect(str(path), check_same_thread=False)
+    return SqliteSaver(conn)
+
+
+def execute(
+    config: RunConfig, *, resume_run_id: str | None = None, reporter: Reporter | None = None
+) -> dict[str, Any]:
+    """Run (or resume) a research run to its end. Returns the run's summary.
+
+    Ctrl-C and SIGTERM at any point stop every child, keep the workspace and logs, write the results row with
+    success false, and leave the run resumable.
+    """
+    paths = locate_run(config, resume_run_id)
+    if resume_run_id:
+        config = _saved_config(paths, config)
+    elif paths.run_dir.exists() and paths.checkpoints_db.exists():
+        raise FileExistsError(
+            f"run {paths.run_id!r} already exists; resume it with `rlloop resume {paths.run_id}`"
+        )
+    benchmark = get_benchmark(config.benchmark)
+    came_back = paths.run_dir.exists()  # resumed, or a run id an earlier (dead) process had taken
+    record_run(config, paths)
+    reporter = reporter or Reporter(paths.log_file, quiet=config.quiet)
+    research: Research | None = None
+    try:
+        with interrupts_as_exceptions():
+            reporter.info(
+                f"[bold]rlloop[/bold] run {paths.run_id}: {config.base_model} on {config.benchmark}"
+            )
+            base_model = resolve_base_model(
+                config.base_model,
+                config.home,
+                on_build=lambda n: reporter.info(
+                    f"building the built-in model {n} (first use, about a minute)"
+                ),
+            )
+            with reporter.watching(f"writing the {config.benchmark} train/valid splits into the workspace"):
+                prepare_workspace(paths, benchmark)  # generated games take a minute the first time
+            budget = make_budget(config, paths.budget_ledger)  # a resumed run goes on from what it spent
+            proposer = make_proposer(config, budget)
+            sandbox = open_sandbox(config, reporter, require_isolation=False)
+            reporter.info(
+                f"proposer: {proposer.name} | sandbox: {sandbox.name} | workspace: {paths.workspace}"
+            )
+            research = Research(config, paths, reporter, proposer, sandbox, budget)
+            research.base_model = base_model
+            if came_back:  # trials, a grader an earlier, killed process left: ended and named in the log
+                end_leftovers(sandbox, paths, reporter)
+            values = _drive(research, resume=bool(resume_run_id))
+    except (RunInterrupted, KeyboardInterrupt) as exc:
+        return _stop(research, config, paths, reporter, str(exc) or "SIGINT")
+    except BaseException:
+        if research is not None:
+            research.sandbox.cleanup({"rlloop.run": paths.run_id})
+            research.close()
+        reporter.close()
+        raise
+    research.close()
+    summary = dict(values.get("final", {}))
+    print_summary(reporter, dict(values), summary)
+    reporter.close()
+    return summary
+
+
+def _saved_config(paths: RunPaths, config: RunConfig) -> RunConfig:
+    """A resumed run runs with what it started with (run.json), quiet or not as asked now."""
+    saved = json.loads(paths.run_json.read_text())
+    saved.pop("run_id", None)
+    saved["home"] = str(paths.home)
+    return RunConfig.model_validate({**saved, "quiet": config.quiet, "run_id": paths.run_id})
+
+
+def _stop(
+    research: Research | None, config: RunConfig, paths: RunPaths, reporter: Reporter, reason: str
+) -> dict[str, Any]:
+    """Interrupted: stop the trials and the grader, write the results row (success false), say how to resume."""
+    reporter.warn(f"interrupted ({reason}): stopping trials, keeping the workspace and logs")
+    if research is None:
+        summary = interrupted_before_start(config, paths, reason)
+    else:
+        research.sandbox.cleanup({"rlloop.run": paths.run_id})
+        summary = research.finalize(research.last_state(), success=False, status="interrupted", reason=reason)
+        research.close()
+    reporter.info(f"resume with: rlloop resume {paths.run_id}")
+    reporter.close()
+    return summary
+
+
+def _drive(research: Research, *, resume: bool) -> LoopState:
+    """Invoke the graph until it ends, pausing at approval interrupts until a decision arrives."""
+    paths, reporter = research.paths, research.reporter
+    graph = build_graph(research).compile(checkpointer=open_checkpointer(paths.checkpoints_db))
+    thread: RunnableConfig = {"configurable": {"thread_id": paths.run_id}, "recursion_limit": 10_000}
+    research.graph, research.thread = graph, thread
+    existing = graph.get_state(thread)
+    payload: Any = {"run_id": paths.run_id}
+    if resume and existing.values:
+        reporter.info(f"resuming after {len(existing.values.get('trials', []))} finished trials")
+        payload = _recover_current(existing.values, research)
+    while True:
+        graph.invoke(payload, thread)
+        snapshot = graph.get_state(thread)
+        pending = [i for task in snapshot.tasks for i in task.interrupts]
+        if not pending:
+            return cast(LoopState, snapshot.values)
+        trial = pending[0].value["trial"]
+        reporter.info(
+            f"    waiting for approval of {trial['trial_id']}: `rlloop approve {paths.run_id}` "
+            "(or --reject REASON), or the service's approvals page"
+        )
+        decision = approvals.wait_for_decision(paths.run_dir, trial["trial_id"])
+        payload = Command(resume=decision.model_dump(mode="json"))
+
+
+def _recover_current(values: dict[str, Any], research: Research) -> Any:
+    """A trial in flight when the run died is restarted from a clean folder (its half checkpoint is removed)."""
+    current = values.get("current")
+    if current and current.get("status") in ("pending", "running"):
+        research.reporter.warn(f"{current['trial_id']} was interrupted mid-trial; it will be restarted")
+    return None

@@ -1,0 +1,165 @@
+"""The end of a run, the research loop's and an external agent's alike: the grader's final numbers, the results.csv
+row, summary.json, the score plot, the MLflow parent closed, and the summary a person reads.
+
+The one rule for a run's numbers (`final_figures`): they come from the grader's finalize, never from files in the
+workspace. When the run splits the hidden test set, the best submission is chosen on the public part and reported
+on the private part it never saw (`final_private_score` against `baseline_private_score`); without the split, or
+when the grader could not be read, the public numbers (`best_score`, `baseline_score`), then the loop's own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from agent.config import RunConfig
+from agent.grading import GraderError
+from agent.reporting import Reporter, flagged_report, plot_scores
+from agent.results import ResultRow, append_result_row
+from agent.tracking import Tracker
+from agent.workspace import RunPaths
+from tasks.atomic import atomic_write_json
+
+FINISH_RESERVE_S = 20.0  # seconds of a run's time budget kept back for the final grading and bookkeeping
+
+
+def read_final(reporter: Reporter, finalize: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """What `finalize` reads from the grader, or {} (with a warning) when the grader cannot answer."""
+    try:
+        return finalize()
+    except (GraderError, OSError, httpx.HTTPError) as exc:
+        reporter.warn(f"could not read final results from the grader: {exc}")
+        return {}
+
+
+def final_figures(
+    final: Mapping[str, Any],
+    *,
+    baseline: float | None = None,
+    best: float | None = None,
+    submissions: int = 0,
+) -> dict[str, Any]:
+    """The results row's score columns from the grader's finalize answer (see the module's rule); `baseline`,
+    `best` and `submissions` are the run's own figures, used where the grader gave none."""
+    base = _first(final, "baseline_private_score", "baseline_score", default=baseline)
+    top = _first(final, "final_private_score", "best_score", default=best)
+    return {
+        "baseline": base,
+        "best_score": top,
+        "improvement": (top - base) if top is not None and base is not None else None,
+        "submissions": int(_first(final, "total_submissions", default=submissions) or 0),
+    }
+
+
+def _first(data: Mapping[str, Any], *keys: str, default: Any = None) -> Any:
+    for key in keys:
+        value = data.get(key)
+        if value is not None:
+            return float(value)
+    return default
+
+
+def write_ending(
+    paths: RunPaths,
+    row: ResultRow,
+    *,
+    status: str,
+    reason: str,
+    scores: list[float] | None = None,
+    public_baseline: float | None = None,
+    extra: Mapping[str, Any] | None = None,
+) -> tuple[dict[str, Any], Path | None]:
+    """Append the results row, draw the score plot (public scores, against the public baseline) and write
+    summary.json: the row plus `status`, `stop_reason` and `extra`. Returns the summary and the plot."""
+    append_result_row(paths.home / "results.csv", row)
+    plot = plot_scores(paths.plot_png, scores or [], public_baseline, paths.run_id)
+    summary = {**row.model_dump(), "status": status, "stop_reason": reason, **(extra or {})}
+    atomic_write_json(paths.summary_json, summary)
+    return summary, plot
+
+
+def close_tracking(
+    tracker: Tracker,
+    parent: str,
+    row: ResultRow,
+    paths: RunPaths,
+    plot: Path | None,
+    *,
+    status: str,
+    reason: str,
+) -> None:
+    """The MLflow parent's final metrics, plot, summary and tags; then it is ended with the run's success."""
+    metrics = {"final_submission_count": float(row.submissions)}
+    if row.best_score is not None:
+        metrics["final_best_score"] = float(row.best_score)
+    if row.improvement is not None:
+        metrics["final_improvement"] = float(row.improvement)
+    tracker.log_metrics(parent, metrics, step=row.submissions)
+    if plot:
+        tracker.log_artifact(parent, plot)
+    tracker.log_artifact(parent, paths.summary_json)
+    tags = {"rlloop.status": status, "rlloop.stop_reason": reason}
+    if row.isolation:
+        tags["rlloop.isolation"] = row.isolation
+    tracker.set_tags(parent, tags)
+    tracker.finish(parent, row.success)
+
+
+def interrupted_before_start(config: RunConfig, paths: RunPaths, reason: str) -> dict[str, Any]:
+    """Interrupted before the loop began (building the model, starting up): still one results row."""
+    row = ResultRow(
+        run_id=paths.run_id,
+        task=config.benchmark,
+        agent=config.agent_name,
+        driver_model=config.driver_model or "",
+        base_model=config.base_model,
+        success=False,
+        workspace=str(paths.workspace),
+    )
+    summary, _ = write_ending(paths, row, status="interrupted", reason=reason)
+    return summary
+
+
+def print_summary(reporter: Reporter, values: Mapping[str, Any], summary: Mapping[str, Any]) -> None:
+    """The end-of-run table of trials, the flagged submissions, and the verdict against the baseline."""
+    from rich.table import Table
+
+    table = Table(title=f"run {values.get('run_id', '')}: {summary.get('stop_reason', '')}")
+    for column in ("trial", "recipe", "from", "status", "score", "seconds"):
+        table.add_column(column)
+    for t in values.get("trials", []):
+        score = t.get("score")
+        table.add_row(
+            t["trial_id"],
+            t["proposal"]["recipe"],
+            t["proposal"].get("init_from") or "base",
+            t["status"],
+            "" if score is None else f"{score:.3f}",
+            f"{t.get('duration_s', 0):.0f}",
+        )
+    reporter.console.print(table)
+    for line in flagged_report(values.get("trials", [])):
+        reporter.warn(line)
+    baseline, best = values.get("baseline_score"), values.get("best_score")
+    if best is not None and baseline is not None:
+        gain = (best - baseline) * 100
+        verdict = "beats" if best > baseline else "does not beat"
+        reporter.info(
+            f"[bold]best {best:.3f}[/bold] ({values.get('best_trial_id')}) {verdict} the baseline {baseline:.3f} "
+            f"by {gain:+.1f} points over {values.get('submissions', 0)} submissions"
+        )
+    else:
+        reporter.info("no submission beat the baseline")
+    grader = summary.get("grader") or {}
+    if grader.get("public_private_split") and grader.get("final_private_score") is not None:
+        private, private_base = grader["final_private_score"], grader.get("baseline_private_score") or 0.0
+        reporter.info(
+            f"on the private half of the test set (never used to choose): best {private:.3f} vs baseline "
+            f"{private_base:.3f}, {100 * (private - private_base):+.1f} points"
+        )
+    reporter.info(
+        f"results: {summary.get('workspace', '')} | plot: score_over_submissions.png | `rlloop ui` for MLflow"
+    )

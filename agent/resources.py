@@ -1,0 +1,165 @@
+"""The live resources behind one research run's nodes: config, workspace, grader, sandbox, proposer, budget, MLflow.
+
+They are rebuilt, never deserialised, when a run resumes: the graph's state holds only plain data, and the grader
+comes back (with its whole store) the first time a node asks for it. `agent.runner.Research` adds the nodes.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, cast
+
+from langchain_core.runnables import RunnableConfig
+
+from agent.config import RunConfig
+from agent.grading import GraderProcess
+from agent.graph import LoopState
+from agent.llm.budget import Budget
+from agent.proposers.base import Proposal, Proposer, TrialRecord
+from agent.reporting import Reporter
+from agent.startup import make_budget
+from agent.tracking import Tracker
+from agent.trials import prepare_trial, python_for, sandbox_request, start_checkpoint
+from agent.workspace import RunPaths
+from grader.benchmarks import get_benchmark
+from sandbox.base import Sandbox, SandboxRequest
+from sandbox.registry import isolation_of
+
+
+class RunResources:
+    """One run's workspace, grader, sandbox, proposer, budget and MLflow client, and the clock of its time budget."""
+
+    def __init__(
+        self,
+        config: RunConfig,
+        paths: RunPaths,
+        reporter: Reporter,
+        proposer: Proposer,
+        sandbox: Sandbox,
+        budget: Budget | None = None,
+    ) -> None:
+        self.config = config
+        self.budget = budget or make_budget(config, paths.budget_ledger)
+        self.paths = paths
+        self.reporter = reporter
+        self.proposer = proposer
+        self.sandbox = sandbox
+        self.benchmark = get_benchmark(config.benchmark)
+        self.base_model: Path = Path()
+        self.tracker = Tracker(config.tracking_uri, config.home / "mlartifacts")
+        self._grader: GraderProcess | None = None
+        self._mark = time.monotonic()
+        self.grader_start_s = 0.0  # wall seconds spent starting the grader (model load + baseline)
+        self.graph: Any = None
+        self.thread: RunnableConfig | None = None
+
+    def last_state(self) -> LoopState:
+        """The last checkpointed state (empty before the graph's first step)."""
+        if self.graph is None or self.thread is None:
+            return cast(LoopState, {})
+        return cast(LoopState, self.graph.get_state(self.thread).values)
+
+    @property
+    def isolation(self) -> str:
+        """How the run's trials are kept from the grader: "container", "namespaces" or "none"."""
+        return isolation_of(self.sandbox)
+
+    @property
+    def submission_cap(self) -> int:
+        return self.config.max_submissions or self.config.loop_n + 1
+
+    # ---- the grader ---------------------------------------------------------------------------------------------
+    @property
+    def grader(self) -> GraderProcess:
+        """The run's grading server, (re)started on demand: after a resume it comes back with its whole store."""
+        if self._grader is None or not self.grader_alive():
+            grader = GraderProcess.load_or_create(
+                self.paths,
+                benchmark=self.config.benchmark,
+                base_model=self.base_model,
+                max_submissions=self.submission_cap,
+                min_interval_s=self.config.min_submit_interval,
+                public_fraction=self.config.public_fraction,
+                eval_limit=self.config.eval_limit,
+                eval_batch_size=self.config.eval_batch_size,
+                test_seed=self.config.test_seed,
+                isolation=self.isolation,
+            )
+            started = time.monotonic()
+            with self.reporter.watching("starting the grading server and scoring the baseline"):
+                grader.start()
+            self.grader_start_s += time.monotonic() - started
+            self._grader = grader
+        return self._grader
+
+    def grader_alive(self) -> bool:
+        """Whether this process's grader is running (never starts one)."""
+        return self._grader is not None and self._grader.proc is not None and self._grader.proc.poll() is None
+
+    def final_results(self, status: str) -> dict[str, Any]:
+        """The grader's final numbers; finalizing ends its run (private scores revealed, no more submissions), so an
+        interrupted run, which stays open for resume, only counts its submissions."""
+        if status != "interrupted":
+            return self.grader.finalize()
+        if not self.grader_alive():
+            return {}
+        live = self.grader.get("/scores")
+        return {"total_submissions": sum(1 for s in live["submissions"] if s.get("duplicate_of") is None)}
+
+    def earlier_submission(self, checkpoint: Path) -> dict[str, Any] | None:
+        """The grader's finished, counted submission of this exact checkpoint folder, if there is one."""
+        scores = self.grader.get("/scores")
+        counted = [
+            s
+            for s in scores.get("submissions", [])
+            if s.get("duplicate_of") is None and s.get("score") is not None
+        ]
+        for view in counted:
+            if (
+                view.get("status") == "done"
+                and Path(view.get("model_path", "")).resolve() == checkpoint.resolve()
+            ):
+                return {**view, "total_submissions": len(counted)}
+        return None
+
+    def close(self) -> None:
+        if self._grader is not None:
+            self._grader.stop()
+
+    # ---- trials -------------------------------------------------------------------------------------------------
+    def trials(self, state: LoopState) -> list[TrialRecord]:
+        return [TrialRecord.model_validate(t) for t in state.get("trials", [])]
+
+    def trial_request(
+        self, proposal: Proposal, trial_id: str, trials: list[TrialRecord], timeout_s: float
+    ) -> SandboxRequest:
+        """The sandbox request that trains `proposal` in trials/<trial_id> (TrialSetupError if it cannot be set up)."""
+        command = prepare_trial(
+            proposal,
+            trial_id=trial_id,
+            paths=self.paths,
+            base_model=self.base_model,
+            trials=trials,
+            benchmark=self.config.benchmark,
+            python=python_for(self.sandbox),
+        )
+        return sandbox_request(
+            command,
+            trial_id=trial_id,
+            paths=self.paths,
+            base_model=self.base_model,
+            timeout_s=timeout_s,
+            memory_mb=self.config.trial_memory_mb,
+            cpus=self.config.trial_cpus,
+            model_path=start_checkpoint(proposal, self.paths, self.base_model, trials),
+        )
+
+    # ---- the time budget ----------------------------------------------------------------------------------------
+    def used_s(self, state: LoopState) -> float:
+        return float(state.get("used_s", 0.0)) + (time.monotonic() - self._mark)
+
+    def _spend(self, state: LoopState) -> float:
+        used = self.used_s(state)
+        self._mark = time.monotonic()
+        return used

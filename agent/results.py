@@ -1,0 +1,108 @@
+"""results.csv: one row per run, built-in loop and external agent alike, appended under a lock by every process.
+
+`ResultRow` is the row; its fields are the file's columns, in order, so the two can never drift apart. Scores are
+written with four decimals and a missing value as an empty cell, in the file and in the run's summary.json alike.
+"""
+
+from __future__ import annotations
+
+import csv
+import fcntl
+import os
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import IO, Any
+
+from pydantic import BaseModel, Field, field_serializer
+
+from tasks.atomic import atomic_write
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S")
+
+
+class ResultRow(BaseModel):
+    """One run's line in results.csv. The score columns follow `agent.finish.final_figures` (the one place that
+    decides which of the grader's numbers a run is reported by)."""
+
+    run_id: str
+    timestamp: str = Field(default_factory=_now)
+    task: str
+    agent: str
+    driver_model: str = ""
+    base_model: str
+    baseline: float | None = None
+    best_score: float | None = None
+    improvement: float | None = None
+    submissions: int = 0
+    duration_s: float | None = None
+    success: bool
+    workspace: str
+    isolation: str | None = (
+        None  # "container", "namespaces", or "none": how the run's trials were kept from the grader
+    )
+
+    @field_serializer("baseline", "best_score", "improvement")
+    def _four_decimals(self, value: float | None) -> str:
+        return "" if value is None else f"{value:.4f}"
+
+
+RESULTS_COLUMNS: list[str] = list(ResultRow.model_fields)
+
+
+def append_result_row(results_csv: Path, row: ResultRow | Mapping[str, Any]) -> None:
+    """Append one row under an exclusive lock, writing the header for a new file; never loses earlier rows. A file
+    from before a column was added gets the new header first (its rows, with that column empty, written to a new
+    file that replaces it whole), so every row lines up with the header."""
+    values = row.model_dump() if isinstance(row, ResultRow) else row
+    results_csv.parent.mkdir(parents=True, exist_ok=True)
+    while True:
+        with open(results_csv, "a+", newline="") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                if not _same_file(handle, results_csv):
+                    continue  # another writer replaced the file while this one waited: lock the new one
+                handle.seek(0)
+                header = next(csv.reader(handle), None)
+                if header is not None and header != RESULTS_COLUMNS:
+                    _upgrade_header(handle, results_csv)
+                    continue
+                handle.seek(0, 2)
+                writer = csv.DictWriter(handle, fieldnames=RESULTS_COLUMNS, extrasaction="ignore")
+                if handle.tell() == 0:
+                    writer.writeheader()
+                writer.writerow({k: ("" if values.get(k) is None else values[k]) for k in RESULTS_COLUMNS})
+                handle.flush()
+                return
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _same_file(handle: IO[str], path: Path) -> bool:
+    try:
+        return os.fstat(handle.fileno()).st_ino == os.stat(path).st_ino
+    except FileNotFoundError:
+        return False
+
+
+def _upgrade_header(handle: IO[str], results_csv: Path) -> None:
+    """Rewrite an older results.csv under RESULTS_COLUMNS (unknown old columns kept at the end), atomically."""
+    handle.seek(0)
+    rows = list(csv.DictReader(handle))
+    extra = [c for c in (rows[0].keys() if rows else []) if c not in RESULTS_COLUMNS and c is not None]
+
+    def write(out: IO[str]) -> None:
+        writer = csv.DictWriter(out, fieldnames=[*RESULTS_COLUMNS, *extra], extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+
+    atomic_write(results_csv, write)
+
+
+def read_results(results_csv: Path) -> list[dict[str, str]]:
+    if not results_csv.exists():
+        return []
+    with open(results_csv, newline="") as handle:
+        return list(csv.DictReader(handle))
