@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from sandbox.base import SandboxRequest
+from sandbox.base import SandboxRequest, SandboxResult
 from tests.sandbox.conftest import running_with
 
 ray = pytest.importorskip("ray")
@@ -81,17 +81,23 @@ def _kill_worker_when_training(workspace: Path, token: str) -> list[int]:
     return tree
 
 
-def test_worker_killed_mid_trial_is_a_failed_trial_with_nothing_left(
-    local_ray: None, workspace: Path, token: str
-) -> None:
+def _run_killing_the_worker(workspace: Path, token: str, max_retries: int) -> SandboxResult:
+    """Run TRIAL on a local Ray, SIGKILLing the worker that runs it once it trains."""
     import threading
 
     from sandbox.backends.ray import RaySandbox
 
     killer = threading.Thread(target=_kill_worker_when_training, args=(workspace, token))
     killer.start()
-    result = RaySandbox(inner="local", max_retries=0).run(_request(workspace, TRIAL, token))
+    result = RaySandbox(inner="local", max_retries=max_retries).run(_request(workspace, TRIAL, token))
     killer.join()
+    return result
+
+
+def test_worker_killed_mid_trial_is_a_failed_trial_with_nothing_left(
+    local_ray: None, workspace: Path, token: str
+) -> None:
+    result = _run_killing_the_worker(workspace, token, max_retries=0)
     assert not result.ok and getattr(result, "worker_lost", False)
     assert "Ray worker" in result.reason()
     assert "died" in (workspace / "log.txt").read_text()
@@ -104,13 +110,6 @@ def test_worker_killed_mid_trial_is_a_failed_trial_with_nothing_left(
 def test_worker_killed_mid_trial_is_retried_when_configured(
     local_ray: None, workspace: Path, token: str
 ) -> None:
-    import threading
-
-    from sandbox.backends.ray import RaySandbox
-
-    killer = threading.Thread(target=_kill_worker_when_training, args=(workspace, token))
-    killer.start()
-    result = RaySandbox(inner="local", max_retries=1).run(_request(workspace, TRIAL, token))
-    killer.join()
+    result = _run_killing_the_worker(workspace, token, max_retries=1)
     assert result.ok, result.log_tail
     assert "second attempt done" in (workspace / "log.txt").read_text()
