@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -28,7 +27,16 @@ class EvalConfig(BaseModel):
     batch_size: int = Field(default=64, ge=1, le=4096)
     limit: int | None = Field(default=None, ge=1)  # evaluate only the first `limit` samples
     bootstrap_resamples: int = Field(default=1000, ge=100, le=100_000)
-    engine: Literal["auto", "hf", "vllm"] = "auto"  # auto = vLLM when importable and a GPU is present
+    engine: str = (
+        "auto"  # a name in grader.engines.ENGINES; auto = the most capable one available (vLLM on a GPU)
+    )
+
+    @field_validator("engine")
+    @classmethod
+    def _engine(cls, value: str) -> str:
+        from grader.engines import ENGINES
+
+        return ENGINES.check(value)
 
     @property
     def do_sample(self) -> bool:

@@ -3,25 +3,48 @@
 Generation is batched with LEFT padding and the KV cache, prompts sorted by length so batches waste little padding,
 and every sequence stops at EOS or at one of the benchmark's stop strings (a batch ends as soon as all of its
 sequences have stopped). Decoding settings come only from `EvalConfig`, never from a checkpoint's
-generation_config.json. vLLM serves the same interface when it is importable and a GPU is present.
+generation_config.json. Engines (grader/engines.py: transformers, vLLM, plugins) all serve one interface.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 import random
+import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 from pydantic import BaseModel, Field
 
 from grader.benchmarks.base import Benchmark, MultiTurnBenchmark, PromptFormatting, Sample
 from grader.config import EvalConfig
+from grader.engines import (
+    ENGINES,
+    GenerationEngine,
+    HFEngine,
+    VLLMEngine,
+    choose_engine,
+    close_engine,
+    vllm_available,
+)
 from grader.stats import bootstrap_ci
+from tasks.answers import cut_at_stop
+
+__all__ = [
+    "ENGINES",
+    "EvalResult",
+    "GenerationEngine",
+    "HFEngine",
+    "VLLMEngine",
+    "cut_at_stop",
+    "evaluate",
+    "evaluate_model",
+    "run_evaluation",
+    "vllm_available",
+]
 
 log = logging.getLogger(__name__)
 
@@ -46,16 +69,6 @@ class EvalResult(BaseModel):
 
     def correct_by_id(self) -> dict[str, float]:
         return dict(zip(self.sample_ids, self.scores, strict=True))
-
-
-def cut_at_stop(text: str, stop: Sequence[str]) -> str:
-    """The completion up to (not including) the earliest stop string."""
-    cut = len(text)
-    for s in stop:
-        at = text.find(s) if s else -1
-        if at != -1:
-            cut = min(cut, at)
-    return text[:cut]
 
 
 def pick_exemplars(train: Sequence[Sample], k: int, seed: int, exclude_prompts: set[str]) -> list[Sample]:
@@ -86,146 +99,6 @@ def build_prompts(benchmark: Benchmark, samples: Sequence[Sample], config: EvalC
         return [benchmark.format_prompt(s, config.prompt_format, exemplars) for s in samples]
     prefix = "".join(f"{ex.prompt}{ex.answer}\n" for ex in exemplars)
     return [prefix + s.prompt for s in samples]
-
-
-class GenerationEngine(Protocol):
-    """Turns prompts into completions (text after the prompt, not yet cut at stop strings)."""
-
-    name: str
-
-    def generate(
-        self, prompts: list[str], *, max_new_tokens: int, stop: list[str], config: EvalConfig
-    ) -> list[str]:
-        """One completion per prompt, in order."""
-        ...
-
-
-class _StopStrings:
-    """Marks a sequence finished once its generated tail contains a stop string; generate() ends when all are."""
-
-    def __init__(self, tokenizer: Any, stop: list[str], prompt_width: int) -> None:
-        self.tokenizer = tokenizer
-        self.stop = [s for s in stop if s]
-        self.prompt_width = prompt_width
-        # Every non-special token decodes to >= 1 character, so a stop string completed at this step lies
-        # within its last len(stop) tokens; a small margin covers tokenizer quirks.
-        self.window = max((len(s) for s in self.stop), default=0) + 2
-
-    def __call__(self, input_ids: torch.LongTensor, scores: Any, **kwargs: Any) -> torch.BoolTensor:
-        new = input_ids[:, self.prompt_width :]
-        if not self.stop or new.shape[1] == 0:
-            return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)  # type: ignore[return-value]
-        tails = self.tokenizer.batch_decode(new[:, -self.window :], skip_special_tokens=True)
-        done = [any(s in t for s in self.stop) for t in tails]
-        return torch.tensor(done, dtype=torch.bool, device=input_ids.device)  # type: ignore[return-value]
-
-
-class HFEngine:
-    """transformers generation: left padding, KV cache, length-sorted batches, early exit on stop strings."""
-
-    name = "hf"
-
-    def __init__(self, model: Any, tokenizer: Any) -> None:
-        self.model = model
-        self.tokenizer = tokenizer
-
-    def _generation_config(self, max_new_tokens: int, config: EvalConfig) -> Any:
-        from transformers import GenerationConfig
-
-        tok = self.tokenizer
-        settings: dict[str, Any] = {
-            "max_new_tokens": max_new_tokens,
-            "do_sample": config.do_sample,
-            "use_cache": True,
-            "pad_token_id": tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id,
-            "eos_token_id": tok.eos_token_id,
-            "bos_token_id": tok.bos_token_id,
-        }
-        if config.do_sample:
-            settings.update(temperature=config.temperature, top_p=config.top_p, top_k=0)
-        return GenerationConfig(**settings)
-
-    @torch.inference_mode()
-    def generate(
-        self, prompts: list[str], *, max_new_tokens: int, stop: list[str], config: EvalConfig
-    ) -> list[str]:
-        from transformers import StoppingCriteriaList
-
-        tok = self.tokenizer
-        previous_side = tok.padding_side
-        tok.padding_side = "left"
-        if tok.pad_token_id is None:
-            tok.pad_token = tok.eos_token
-        gen_config = self._generation_config(max_new_tokens, config)
-        self.model.generation_config = gen_config  # a checkpoint's own generation settings never apply
-        self.model.eval()
-        device = next(self.model.parameters()).device
-        lengths = [len(ids) for ids in tok(prompts, add_special_tokens=True)["input_ids"]]
-        order = sorted(range(len(prompts)), key=lambda i: -lengths[i])  # longest first: memory peaks early
-        out: list[str] = [""] * len(prompts)
-        try:
-            for start in range(0, len(order), config.batch_size):
-                batch = order[start : start + config.batch_size]
-                enc = tok([prompts[i] for i in batch], return_tensors="pt", padding=True).to(device)
-                width = enc["input_ids"].shape[1]
-                generated = self.model.generate(
-                    **enc,
-                    generation_config=gen_config,
-                    stopping_criteria=StoppingCriteriaList([_StopStrings(tok, stop, width)]),
-                )
-                texts = tok.batch_decode(generated[:, width:], skip_special_tokens=True)
-                for i, text in zip(batch, texts, strict=True):
-                    out[i] = text
-        finally:
-            tok.padding_side = previous_side
-        return out
-
-
-def vllm_available() -> bool:
-    """vLLM is used only with a GPU; on CPU it is never imported."""
-    return torch.cuda.is_available() and importlib.util.find_spec("vllm") is not None
-
-
-class VLLMEngine:
-    """vLLM generation (GPU only); stop strings and sampling are handled by vLLM's SamplingParams."""
-
-    name = "vllm"
-
-    def __init__(self, model_path: Path, tokenizer_path: Path, seed: int = 0) -> None:
-        from vllm import LLM
-
-        self.llm = LLM(
-            model=str(model_path),
-            tokenizer=str(tokenizer_path),
-            trust_remote_code=False,
-            seed=seed,
-            dtype="auto",
-            gpu_memory_utilization=0.85,
-            enforce_eager=True,
-        )
-
-    def generate(
-        self, prompts: list[str], *, max_new_tokens: int, stop: list[str], config: EvalConfig
-    ) -> list[str]:
-        from vllm import SamplingParams
-
-        params = SamplingParams(
-            temperature=config.temperature,
-            top_p=config.top_p,
-            max_tokens=max_new_tokens,
-            stop=[s for s in stop if s] or None,
-            seed=config.seed,
-        )
-        outputs = self.llm.generate(prompts, params, use_tqdm=False)
-        return [o.outputs[0].text for o in outputs]
-
-    def close(self) -> None:
-        """Release the GPU memory vLLM holds, so the next submission's engine fits."""
-        import gc
-
-        del self.llm
-        gc.collect()
-        torch.cuda.empty_cache()
 
 
 def select_samples(samples: Sequence[Sample], config: EvalConfig) -> list[Sample]:
@@ -306,20 +179,24 @@ def run_evaluation(
 
 
 def evaluate_model(
-    model: Any, tokenizer: Any, samples: Sequence[Sample], benchmark: Benchmark, config: EvalConfig
+    model: Any,
+    tokenizer: Any,
+    samples: Sequence[Sample],
+    benchmark: Benchmark,
+    config: EvalConfig,
+    *,
+    scratch_parent: Path | None = None,
 ) -> EvalResult:
-    """Evaluate an already-loaded transformers model (the grader loads checkpoints itself, safely)."""
-    return run_evaluation(HFEngine(model, tokenizer), samples, benchmark, config)
-
-
-def use_vllm(config: EvalConfig, model_path: Path) -> bool:
-    """Whether `config` and this machine call for vLLM (GPU + vllm installed + safetensors weights)."""
-    if config.engine == "hf":
-        return False
-    has_safetensors = any(Path(model_path).glob("*.safetensors"))
-    if config.engine == "vllm" and not vllm_available():
-        raise ValueError("engine='vllm' needs the vllm package and a GPU; use engine='auto' or 'hf'")
-    return vllm_available() and has_safetensors
+    """Evaluate an already-loaded transformers model (the grader loads checkpoints itself, safely) with the engine
+    `config.engine` names ("auto": the most capable one this machine can run). `scratch_parent`: where an engine
+    that needs the weights on disk may write them (the grader's private folder)."""
+    spec = choose_engine(config)
+    with tempfile.TemporaryDirectory(prefix=f"engine-{spec.name}-", dir=scratch_parent) as scratch:
+        engine = spec.from_model(model, tokenizer, Path(scratch), config)
+        try:
+            return run_evaluation(engine, samples, benchmark, config)
+        finally:
+            close_engine(engine)
 
 
 def evaluate(
@@ -337,14 +214,12 @@ def evaluate(
 
     config = config or EvalConfig()
     tokenizer_path = Path(tokenizer_path or model_path)
-    if use_vllm(config, Path(model_path)):
-        engine = VLLMEngine(Path(model_path), tokenizer_path, config.seed)
+    spec = choose_engine(config)
+    engine = spec.from_path(Path(model_path), tokenizer_path, config) if spec.from_path else None
+    if engine is not None:  # an engine that reads the checkpoint's files itself (vLLM on safetensors)
         try:
             return run_evaluation(engine, samples, benchmark, config)
         finally:
-            engine.close()
+            close_engine(engine)
     tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_path), trust_remote_code=False)
-    model = load_model(Path(model_path))
-    if torch.cuda.is_available():
-        model = model.to("cuda")
-    return evaluate_model(model, tokenizer, samples, benchmark, config)
+    return evaluate_model(load_model(Path(model_path)), tokenizer, samples, benchmark, config)

@@ -11,7 +11,6 @@ import hashlib
 import json
 import logging
 import queue
-import tempfile
 import threading
 import time
 from concurrent.futures import Future
@@ -36,7 +35,7 @@ from grader.checkpoint import (
 )
 from grader.config import GraderConfig
 from grader.contamination import Flag, TestItemIndex, flags_json, integrity_flags
-from grader.evaluation import EvalResult, evaluate, evaluate_model, select_samples, vllm_available
+from grader.evaluation import EvalResult, evaluate_model, select_samples
 from grader.stats import ScoreSummary, summarize
 from grader.store import Baseline, Store, Submission, write_json_atomically
 from sandbox.devices import gpu_lease, visible_gpu_ids
@@ -185,16 +184,14 @@ class GraderService:
 
     def _evaluate_on_device(self, model: Any) -> EvalResult:
         assert self.benchmark is not None
-        if self.config.eval.engine != "hf" and vllm_available():
-            with tempfile.TemporaryDirectory(prefix="vllm-", dir=self.private_dir) as tmp:
-                model.save_pretrained(tmp, safe_serialization=True)
-                self.tokenizer.save_pretrained(tmp)
-                return evaluate(
-                    Path(tmp), self.samples, self.benchmark, self.config.eval, tokenizer_path=Path(tmp)
-                )
-        if torch.cuda.is_available():
-            model = model.to("cuda")
-        return evaluate_model(model, self.tokenizer, self.samples, self.benchmark, self.config.eval)
+        return evaluate_model(
+            model,
+            self.tokenizer,
+            self.samples,
+            self.benchmark,
+            self.config.eval,
+            scratch_parent=self.private_dir,
+        )
 
     def _split_summaries(self, scores: list[float]) -> tuple[ScoreSummary, ScoreSummary | None]:
         """(public or whole-test summary, private summary or None when there is no public/private split)."""

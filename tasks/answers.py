@@ -8,6 +8,7 @@ functions, so training and grading agree.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from decimal import Decimal, InvalidOperation
 
 # Commas only as thousands separators ("1,234"), so "1,8" or a list "3,4,5" are not read as one number.
@@ -21,6 +22,17 @@ _MARKERS = [
     re.compile(r"(?:^|\n)\s*A:\s*(" + _NUMBER + ")"),
 ]
 _ANY_NUMBER = re.compile(_NUMBER)
+
+
+def cut_at_stop(text: str, stop: Sequence[str]) -> str:
+    """The completion up to (not including) the earliest stop string: how the grader cuts a completion before
+    scoring it, and so how trainer rewards and quick evals must cut it too."""
+    cut = len(text)
+    for s in stop:
+        at = text.find(s) if s else -1
+        if at != -1:
+            cut = min(cut, at)
+    return text[:cut]
 
 
 def normalize_number(text: str) -> str | None:
