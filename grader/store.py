@@ -10,7 +10,6 @@ leaks into a run with a different config. `scores.json` is a mirror for people: 
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 import threading
 import time
@@ -20,6 +19,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel
+
+from tasks.atomic import atomic_write_json
 
 Status = Literal["queued", "evaluating", "done", "failed"]
 
@@ -240,15 +241,5 @@ class Store:
 
 
 def write_json_atomically(path: Path, data: Any) -> None:
-    """Write JSON to a temp file beside `path`, fsync, then os.replace: readers see old or new, never half."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    try:
-        with tmp.open("w", encoding="utf-8") as handle:
-            json.dump(data, handle, indent=2, sort_keys=True)
-            handle.write("\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    """The scores mirror and final.json: sorted keys, written atomically (readers see old or new, never half)."""
+    atomic_write_json(path, data, sort_keys=True)

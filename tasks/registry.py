@@ -34,6 +34,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from tasks.arith import ArithBenchmark
+from tasks.atomic import atomic_write_lines
 from tasks.base import Benchmark, Sample, Split, public_split
 from tasks.countdown import CountdownBenchmark
 from tasks.frozenlake import FrozenLakeBenchmark
@@ -269,11 +270,7 @@ def get_benchmark(name: str) -> Benchmark:
 
 
 def write_jsonl(path: Path, samples: list[Sample]) -> None:
-    """Write samples as `{"id","prompt","answer"}` lines atomically (temp file + os.replace)."""
-    tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
-    with tmp.open("w", encoding="utf-8") as handle:
-        for s in samples:
-            handle.write(json.dumps({"id": s.id, "prompt": s.prompt, "answer": s.answer}) + "\n")
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+    """Write samples as `{"id","prompt","answer"}` lines, atomically."""
+    atomic_write_lines(
+        path, (json.dumps({"id": s.id, "prompt": s.prompt, "answer": s.answer}) for s in samples)
+    )

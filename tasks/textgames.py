@@ -33,13 +33,13 @@ import logging
 import os
 import random
 import re
-import tempfile
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
+from tasks.atomic import atomic_write_text
 from tasks.base import Sample, Split, public_split, reserved_for_test
 
 log = logging.getLogger(__name__)
@@ -250,9 +250,7 @@ class TextArenaGameBenchmark(ABC):
         try:
             folder.mkdir(parents=True, exist_ok=True)
             text = json.dumps({split: [s.model_dump() for s in samples] for split, samples in splits.items()})
-            with tempfile.NamedTemporaryFile("w", dir=folder, suffix=".tmp", delete=False) as handle:
-                handle.write(text)
-            os.replace(handle.name, folder / f"{key}.json")
+            atomic_write_text(folder / f"{key}.json", text)
         except OSError as exc:
             log.warning(
                 "could not cache %s games under %s (%s); they will be generated again", self.name, folder, exc

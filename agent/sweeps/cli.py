@@ -31,7 +31,9 @@ def _home(home: Path | None) -> Path:
 def bench(
     benchmarks: Annotated[str, typer.Option(help="Comma list, e.g. arith,gsm8k.")] = "arith",
     base_models: Annotated[str, typer.Option(help="Comma list of base models.")] = "tiny-arith",
-    proposers: Annotated[str, typer.Option(help="Comma list of built-in agents: builtin, llm.")] = "builtin",
+    proposers: Annotated[
+        str, typer.Option(help="Comma list of proposers: builtin, llm, or a plugin's name.")
+    ] = "builtin",
     agents: Annotated[
         list[Path] | None,
         typer.Option(help="External agent folder (config.yaml + start script); repeatable."),
@@ -46,6 +48,9 @@ def bench(
         str | None,
         typer.Option("--ray", help="Ray cluster address ('auto', 'local', host:port); RAY_ADDRESS too."),
     ] = None,
+    executor: Annotated[
+        str, typer.Option(help="Where runs go: auto (ray with --ray, else local), local, ray, or a plugin.")
+    ] = "auto",
     sweep_id: Annotated[str | None, typer.Option(help="Name the sweep; the same id continues it.")] = None,
     eval_limit: Annotated[
         int | None, typer.Option(help="Grade each run on the first N hidden samples.")
@@ -57,14 +62,16 @@ def bench(
 ) -> None:
     """Run every benchmark x base model x agent x seed combination as a research run; resumable by --sweep-id."""
     from agent.external import ExternalAgentError, is_agent_folder, load_agent
+    from agent.proposers import PROPOSERS
     from agent.sweeps.driver import run_sweep
     from agent.sweeps.spec import SweepSpec
 
     names = [p.strip() for p in proposers.split(",") if p.strip()]
-    unknown = [p for p in names if p not in ("builtin", "llm")]
+    unknown = [p for p in names if p not in PROPOSERS]
     if unknown:
         _fail(
-            f"unknown proposer(s) {', '.join(unknown)}: use builtin or llm, and --agents DIR for external agents"
+            f"unknown proposer(s) {', '.join(unknown)}: use {', '.join(PROPOSERS.names())}, and --agents DIR for "
+            "external agents"
         )
     folders = []
     for folder in agents or []:
@@ -91,6 +98,7 @@ def bench(
             loop_n=loop_n,
             concurrency=concurrency or (256 if address else 1),
             ray_address=address,
+            executor=executor,
             run_overrides=overrides,
         )
     except (ValidationError, ValueError) as exc:

@@ -43,7 +43,7 @@ def run_sweep(
     tracker = SweepTracker(home)
     manifest.mlflow_run_id = tracker.start(manifest)
     manifests.save(home, manifest)
-    executor = executor or make_executor(spec.concurrency, spec.ray_address)
+    executor = executor or make_executor(spec)
     queue = [e for e in manifest.entries.values() if e.status != "finished"]
     in_flight: dict[Future[dict[str, Any]], Entry] = {}
     previous = _sigterm_as_exception()

@@ -16,11 +16,16 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from agent.sweeps.worker import Outcome, WorkerPayload, outcome_path
+from tasks.plugins import Registry
+
+if TYPE_CHECKING:
+    from agent.sweeps.spec import SweepSpec
 
 PR_SET_PDEATHSIG = 1
 
@@ -183,7 +188,22 @@ def _wait_for_previous(payload: WorkerPayload, timeout_s: float = 90.0) -> None:
         time.sleep(0.5)
 
 
-def make_executor(concurrency: int, ray_address: str | None) -> Executor:
-    if ray_address:
-        return RayExecutor(ray_address)
-    return LocalExecutor(concurrency)
+ExecutorFactory = Callable[["SweepSpec"], Executor]
+
+
+def _register_builtins() -> None:
+    EXECUTORS.register("local", lambda spec: LocalExecutor(spec.concurrency))
+    EXECUTORS.register("ray", lambda spec: RayExecutor(spec.ray_address))
+
+
+EXECUTORS: Registry[ExecutorFactory] = Registry(
+    "sweep executor", "rlloop.executors", builtins=_register_builtins, reserved=("auto",), hint="local, ray"
+)
+
+
+def make_executor(spec: SweepSpec) -> Executor:
+    """The executor `spec.executor` names; "auto" is Ray when a Ray address is given, else local processes."""
+    name = spec.executor
+    if name == "auto":
+        name = "ray" if spec.ray_address else "local"
+    return EXECUTORS.get(name)(spec)

@@ -11,7 +11,6 @@ from typing import Any
 
 from pydantic import BaseModel, Field, field_validator
 
-BUILTIN_AGENTS = ("builtin", "llm")
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 MAX_RUN_ID = 128
 
@@ -30,12 +29,14 @@ class Combination(BaseModel):
 
     benchmark: str
     base_model: str
-    agent: str  # "builtin", "llm", or the path of an external agent folder
+    agent: str  # a proposer's name (builtin, llm, a plugin) or the path of an external agent folder
     seed: int
 
     @property
     def is_external(self) -> bool:
-        return self.agent not in BUILTIN_AGENTS
+        from agent.proposers import PROPOSERS
+
+        return self.agent not in PROPOSERS
 
     @property
     def agent_label(self) -> str:
@@ -66,10 +67,23 @@ class SweepSpec(BaseModel):
     timeout: float = Field(1800.0, gt=0, description="Wall-time budget of each run in seconds.")
     loop_n: int | None = Field(None, ge=1, description="Trials per run (RunConfig default when None).")
     concurrency: int = Field(1, ge=1, le=256, description="Runs at once (local) or in flight (Ray).")
-    ray_address: str | None = None
+    ray_address: str | None = Field(
+        None, description="Ray cluster address for the ray executor (auto picks it)."
+    )
+    executor: str = Field(
+        "auto",
+        description="Where runs go: auto (ray when ray_address is set, else local), local, ray, or a plugin.",
+    )
     run_overrides: dict[str, Any] = Field(
         default_factory=dict, description="Other RunConfig fields for every run, e.g. eval_limit, sandbox."
     )
+
+    @field_validator("executor")
+    @classmethod
+    def _executor(cls, value: str) -> str:
+        from agent.sweeps.executors import EXECUTORS
+
+        return EXECUTORS.check(value)
 
     @field_validator("sweep_id")
     @classmethod
