@@ -1,9 +1,14 @@
-"""Child processes that never outlive the command that started them (`rlloop ui`, `rlloop grade serve`, ...).
+"""Child processes that never outlive the command that started them: the one way rlloop starts a server it owns
+(`rlloop ui`'s MLflow, `rlloop grade serve`'s grader, a run's grader).
 
-A child runs in its own process group, so one signal reaches everything it starts (MLflow's server workers and job
-consumers, a grader's helpers), and with a parent-death signal, so it stops even when its parent is killed with
-SIGKILL. SIGTERM, SIGINT (Ctrl-C) and SIGHUP to the parent are passed on to the whole group; when the child is over,
-or the parent leaves for any reason, whatever is left of the group is killed.
+A child runs in a session of its own, so one signal reaches everything it starts (MLflow's server workers and job
+consumers, a grader's helpers) and a Ctrl-C in the terminal reaches only us, and with a parent-death signal, so it
+stops even when its parent is killed with SIGKILL. Stopping it stops its whole tree: its process group, and every
+process below it found in /proc (helpers that moved to a group or session of their own). A keeper process stops the
+group when the parent dies without a chance to (SIGKILL): a parent-death signal reaches the child only.
+
+`spawn_child` starts one and returns a `Child` to stop later; `run_child` runs one to its end in the foreground,
+passing SIGTERM, SIGINT (Ctrl-C) and SIGHUP on to it.
 """
 
 from __future__ import annotations
@@ -14,19 +19,26 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from types import FrameType
 from typing import Any
 
 PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 # The group's keeper (POSIX sh): its stdin is a pipe only the parent writes to: first the group's id, then nothing
-# until EOF, which comes when the parent dies, however it dies; then it stops the whole group (a parent-death signal
-# reaches the group's leader only, not what the leader started).
+# until EOF, which comes when the parent dies, however it dies; then it stops the whole group.
 KEEPER = (
     'read pgid || exit 0; cat >/dev/null; kill -TERM "-$pgid" 2>/dev/null; '
     'sleep 2; kill -KILL "-$pgid" 2>/dev/null'
 )
+
+
+def _prctl(option: int, value: int) -> bool:
+    try:
+        return int(ctypes.CDLL("libc.so.6", use_errno=True).prctl(option, value, 0, 0, 0)) == 0
+    except (OSError, AttributeError):  # not Linux / no glibc: nothing to arm
+        return False
 
 
 def die_with_parent(sig: int = signal.SIGTERM) -> Callable[[], None]:
@@ -37,97 +49,200 @@ def die_with_parent(sig: int = signal.SIGTERM) -> Callable[[], None]:
     parent = os.getpid()
 
     def arm() -> None:
-        try:
-            libc = ctypes.CDLL("libc.so.6", use_errno=True)
-            libc.prctl(PR_SET_PDEATHSIG, sig)
-        except OSError:
-            return
-        if os.getppid() != parent:
+        if _prctl(PR_SET_PDEATHSIG, sig) and os.getppid() != parent:
             os.kill(os.getpid(), sig)
 
     return arm
 
 
-def kill_group(pgid: int, grace_s: float = 5.0, first: int = signal.SIGTERM) -> None:
-    """Signal every process of the group with `first`, wait up to `grace_s` for them to go, then SIGKILL the rest."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, first)
-    deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline and group_alive(pgid):
-        time.sleep(0.05)
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signal.SIGKILL)
-
-
-def group_alive(pgid: int) -> bool:
-    """Whether a process of the group is still running (zombies do not count)."""
+# ---- the process table ---------------------------------------------------------------------------------------------
+def _table() -> dict[int, tuple[bytes, int, int]]:
+    """Every process: pid -> (state, parent pid, process group), read from /proc/PID/stat."""
+    table: dict[int, tuple[bytes, int, int]] = {}
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
         try:
             with open(f"/proc/{entry.name}/stat", "rb") as f:
                 fields = f.read().rsplit(b")", 1)[1].split()
-        except (OSError, IndexError):
+            table[int(entry.name)] = (fields[0], int(fields[1]), int(fields[2]))
+        except (OSError, IndexError, ValueError):
             continue
-        if int(fields[2]) == pgid and fields[0] != b"Z":
-            return True
-    return False
+    return table
+
+
+def tree(root: int, *, group: bool = True) -> set[int]:
+    """The live processes below `root`: its children, theirs, and so on, and (with `group`) the members of the
+    process group `root` leads, with what lies below them. Zombies do not count: they are gone but for their exit
+    status."""
+    table = _table()
+    found = {pid for pid, (_, _, pgid) in table.items() if group and pgid == root and pid != root}
+    frontier = [root, *found]
+    while frontier:
+        parent = frontier.pop()
+        for pid, (_, ppid, _) in table.items():
+            if ppid == parent and pid not in found and pid != root:
+                found.add(pid)
+                frontier.append(pid)
+    return {pid for pid in found if table[pid][0] != b"Z"}
+
+
+def alive(pid: int) -> bool:
+    """Running (a zombie waiting for its parent does not count)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except (OSError, IndexError):
+        return False
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether a process of the group is still running (zombies do not count)."""
+    return any(group == pgid and state != b"Z" for state, _, group in _table().values())
+
+
+def _signal(pids: Iterable[int], sig: int) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, sig)
+
+
+def kill_tree(root: int, grace_s: float = 5.0, first: int = signal.SIGTERM) -> None:
+    """Stop `root`, its process group and every process below it (see `tree`): `first` to all, up to `grace_s`
+    for them to go, then SIGKILL to what is left."""
+    _kill_all(lambda: tree(root) | ({root} if alive(root) else set()), grace_s, first, group=root)
+
+
+def _kill_all(scan: Callable[[], set[int]], grace_s: float, first: int, group: int | None = None) -> None:
+    """Signal what `scan` finds and wait for it to go. The tree is read before the first signal (a helper whose
+    parent dies is reparented, and no longer found below it) and again while waiting (a process may still start
+    one)."""
+    targets = scan()
+    if group is not None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(group, first)
+    _signal(targets, first)
+    deadline = time.monotonic() + grace_s
+    while True:
+        for pid in [p for p in targets if alive(p)]:
+            targets |= tree(pid)
+        targets = {pid for pid in targets | scan() if alive(pid)}
+        if not targets or time.monotonic() >= deadline:
+            break
+        time.sleep(0.05)
+    if group is not None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(group, signal.SIGKILL)
+    _signal(targets, signal.SIGKILL)
+
+
+# ---- one child -----------------------------------------------------------------------------------------------------
+Keeper = tuple[subprocess.Popen[bytes], int]  # the keeper process and the write end of its stdin
+
+
+class Child:
+    """A started child (see `spawn_child`) and its keeper. `stop` ends all of it; so does our death."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], keeper: Keeper | None) -> None:
+        self.proc = proc
+        self._keeper = keeper
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def poll(self) -> int | None:
+        return self.proc.poll()
+
+    def send(self, sig: int) -> None:
+        """Send `sig` to the child's process group (all of it that stayed in the group)."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, sig)
+
+    def stop(self, grace_s: float = 10.0, first: int = signal.SIGTERM) -> int:
+        """End the child and its whole tree (`first`, then SIGKILL after `grace_s`); returns its exit code."""
+        if self.proc.poll() is None or tree(self.proc.pid):
+            kill_tree(self.proc.pid, grace_s=grace_s, first=first)
+        code = self.proc.wait()
+        _stop_keeper(self._keeper)  # the group is gone: before the keeper could signal a reused group id
+        self._keeper = None
+        return code
+
+
+def spawn_child(cmd: Sequence[str], *, death_signal: int = signal.SIGTERM, **popen_kw: Any) -> Child:
+    """Start `cmd` in a session of its own, with `death_signal` as its parent-death signal and a keeper that stops
+    its group when we die. `popen_kw` goes to `subprocess.Popen` (stdout, env, cwd, ...)."""
+    keeper = _start_keeper()  # first: a kill that comes while the child starts still reaches all of it
+    try:
+        proc = subprocess.Popen(
+            list(cmd), start_new_session=True, preexec_fn=die_with_parent(death_signal), **popen_kw
+        )
+    except BaseException:
+        _stop_keeper(keeper)
+        raise
+    if keeper is not None:
+        with contextlib.suppress(OSError):
+            os.write(keeper[1], f"{proc.pid}\n".encode())
+    return Child(proc, keeper)
 
 
 def run_child(cmd: Sequence[str], *, grace_s: float = 10.0, **popen_kw: Any) -> int:
     """Run `cmd` until it ends and return its exit code (128+N when a signal N ended it, like a shell).
 
-    Call from the main thread (signal handlers are set there). A signal to this process is passed on to the
-    child's whole group; the child gets `grace_s` to stop after it before the group is killed. If this process is
-    killed outright, the child gets SIGTERM (parent-death signal) and a keeper process stops the rest of the group."""
-    child: list[subprocess.Popen[bytes]] = []
+    Call from the main thread of a process that does nothing else: signal handlers are set, and the process
+    becomes its descendants' subreaper, so a helper of the child that loses its parent is reparented to us, not to
+    init, and is still found and stopped. A signal to this process is passed on to the child's group; the child
+    gets `grace_s` to stop after it before its whole tree is killed. If this process is killed outright, the child
+    gets SIGTERM and the keeper stops its group."""
+    child: list[Child] = []
     signalled_at: list[float] = []
 
     def forward(signum: int, frame: FrameType | None) -> None:
         signalled_at.append(time.monotonic())
         if child:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(child[0].pid, signum)
+            child[0].send(signum)
 
-    # handlers and keeper first: a signal or a kill that comes while the child starts still reaches all of it
+    # handlers first: a signal that comes while the child starts still reaches all of it
     previous = {sig: signal.signal(sig, forward) for sig in FORWARDED}
-    keeper = _start_keeper()
+    _prctl(PR_SET_CHILD_SUBREAPER, 1)
     try:
-        proc = subprocess.Popen(
-            list(cmd), start_new_session=True, preexec_fn=die_with_parent(signal.SIGTERM), **popen_kw
-        )
-    except BaseException:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
-        _stop_keeper(keeper)
-        raise
-    child.append(proc)
-    if keeper is not None:
-        with contextlib.suppress(OSError):
-            os.write(keeper[1], f"{proc.pid}\n".encode())
-    if signalled_at:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        while True:
-            # polled, not one blocking wait: a wait interrupted by a signal resumes by itself and would not time out
-            try:
-                code = proc.wait(timeout=0.2)
-                break
-            except subprocess.TimeoutExpired:
-                if signalled_at and time.monotonic() - signalled_at[0] > grace_s:
-                    kill_group(proc.pid, grace_s=0)  # signalled, and still not gone after the grace period
+        child.append(spawn_child(cmd, death_signal=signal.SIGTERM, **popen_kw))
+        if signalled_at:
+            child[0].send(signal.SIGTERM)
+        _wait(child[0], signalled_at, grace_s)
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)
-        # helpers of the child that outlived it (or all of it, when we leave by an exception)
-        kill_group(proc.pid, grace_s=2.0 if proc.poll() is None or group_alive(proc.pid) else 0)
-        proc.wait()
-        _stop_keeper(keeper)
+        code = (
+            child[0].stop(grace_s=2.0) if child else 0
+        )  # what outlived it (all of it, if we leave by an error)
+        _stop_orphans()
     return 128 - code if code < 0 else code
 
 
-def _start_keeper() -> tuple[subprocess.Popen[bytes], int] | None:
+def _wait(child: Child, signalled_at: list[float], grace_s: float) -> None:
+    """Wait for the child to exit; once signalled, give it `grace_s` before killing its tree."""
+    while True:
+        # polled, not one blocking wait: a wait interrupted by a signal resumes by itself and would not time out
+        try:
+            child.proc.wait(timeout=0.2)
+            return
+        except subprocess.TimeoutExpired:
+            if signalled_at and time.monotonic() - signalled_at[0] > grace_s:
+                kill_tree(child.pid, grace_s=0)  # signalled, and still not gone after the grace period
+
+
+def _stop_orphans() -> None:
+    """Stop the helpers reparented to us (we are their subreaper) and collect their exit status."""
+    me = os.getpid()
+    _kill_all(lambda: tree(me, group=False), grace_s=2.0, first=signal.SIGTERM)
+    for pid, (state, ppid, _) in _table().items():
+        if ppid == me and state == b"Z":
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, os.WNOHANG)
+
+
+def _start_keeper() -> Keeper | None:
     """Start the group's keeper (see KEEPER) in a session of its own; returns it and the pipe end we hold."""
     read_end, write_end = os.pipe()  # neither end is inherited by the child: only the keeper's stdin is
     try:
@@ -137,6 +252,7 @@ def _start_keeper() -> tuple[subprocess.Popen[bytes], int] | None:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             start_new_session=True,
+            env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},  # none of our secrets
         )
     except OSError:
         os.close(write_end)
@@ -146,8 +262,7 @@ def _start_keeper() -> tuple[subprocess.Popen[bytes], int] | None:
     return keeper, write_end
 
 
-def _stop_keeper(keeper: tuple[subprocess.Popen[bytes], int] | None) -> None:
-    """The group is gone: end the keeper before it could signal a group id that may since be reused."""
+def _stop_keeper(keeper: Keeper | None) -> None:
     if keeper is None:
         return
     proc, write_end = keeper

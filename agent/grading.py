@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import secrets
@@ -16,7 +15,7 @@ from typing import Any
 
 import httpx
 
-from agent.children import die_with_parent
+from agent.children import Child, alive, kill_tree, spawn_child
 from agent.workspace import RunPaths, atomic_write_json
 
 STALE_GRACE_S = 3.0  # a stale grader busy in an evaluation gets this long after SIGTERM, then SIGKILL
@@ -33,26 +32,11 @@ def stop_stale_grader(paths: RunPaths) -> str | None:
         return None
     if b"grader" not in cmdline or str(paths.grader_dir).encode() not in cmdline:
         return None  # the pid is some other process's by now
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + STALE_GRACE_S
-    while _running(pid) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    if _running(pid):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-        while _running(pid) and time.monotonic() < deadline + 5:
-            time.sleep(0.05)
+    kill_tree(pid, grace_s=STALE_GRACE_S)  # it, and whatever it started
+    deadline = time.monotonic() + 5.0
+    while alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
     return f"grader process (pid {pid})"
-
-
-def _running(pid: int) -> bool:
-    """Alive and not a zombie (a killed grader of ours stays a zombie until we reap it)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
-    except (OSError, IndexError):
-        return False
 
 
 class GraderError(RuntimeError):
@@ -107,9 +91,14 @@ class GraderProcess:
     def __init__(self, paths: RunPaths, config: dict[str, Any]) -> None:
         self.paths = paths
         self.config = config
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.child: Child | None = None
         self.url = f"http://{config['host']}:{config['port']}"
         self.token: str = config["token"]
+
+    @property
+    def proc(self) -> subprocess.Popen[bytes] | None:
+        """The server's process, once started."""
+        return self.child.proc if self.child is not None else None
 
     @classmethod
     def load_or_create(cls, paths: RunPaths, **kwargs: Any) -> GraderProcess:
@@ -133,23 +122,25 @@ class GraderProcess:
         self.stop_stale()
         log = open(self.paths.grader_dir / "server.out", "ab")  # noqa: SIM115 - owned by the child
         env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "RLLOOP_TOKEN"))}
-        self.proc = subprocess.Popen(
+        # our Ctrl-C handling stops it explicitly, after the trial. SIGKILL when the run's process dies, however it
+        # dies: a grader busy in an evaluation would sit on SIGTERM until the evaluation ends. Safe: the store is
+        # SQLite WAL with synchronous=FULL.
+        self.child = spawn_child(
             [sys.executable, "-m", "grader", "serve", "--config", str(self.paths.grader_dir / "config.json")],
+            death_signal=signal.SIGKILL,
             stdout=log,
             stderr=subprocess.STDOUT,
             env=env,
-            start_new_session=True,  # our Ctrl-C handling stops it explicitly, after the trial
-            # SIGKILL when the run's process dies, however it dies: a grader busy in an evaluation would sit on
-            # SIGTERM until the evaluation ends. Safe: the store is SQLite WAL with synchronous=FULL.
-            preexec_fn=die_with_parent(signal.SIGKILL),
         )
-        (self.paths.grader_dir / "server.pid").write_text(str(self.proc.pid))
+        (self.paths.grader_dir / "server.pid").write_text(str(self.child.pid))
         log.close()
         deadline = time.monotonic() + ready_timeout_s
         while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
+            code = self.child.poll()
+            if code is not None:
+                self.child.stop()  # reaps it, and whatever it started
                 raise GraderError(
-                    f"grading server exited with code {self.proc.returncode} while starting; see "
+                    f"grading server exited with code {code} while starting; see "
                     f"{self.paths.grader_dir / 'server.out'} and {self.paths.grader_dir / 'grader.log'}"
                 )
             try:
@@ -198,12 +189,6 @@ class GraderProcess:
         return dict(response.json())
 
     def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        try:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            self.proc.wait(timeout=10)
-        except (ProcessLookupError, subprocess.TimeoutExpired):
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(timeout=5)
+        """Stop the server and all it started: SIGTERM, SIGKILL after 10 s (an evaluation may hold it up)."""
+        if self.child is not None:
+            self.child.stop(grace_s=10.0)
