@@ -28,6 +28,7 @@ PR_SET_CHILD_SUBREAPER = 36
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 # The group's keeper (POSIX sh): its stdin is a pipe only the parent writes to: first the group's id, then nothing
 # until EOF, which comes when the parent dies, however it dies; then it stops the whole group.
+# The child writes its group's id itself, before its program starts (the pipe's write end is open until exec).
 KEEPER = (
     'read pgid || exit 0; cat >/dev/null; kill -TERM "-$pgid" 2>/dev/null; '
     'sleep 2; kill -KILL "-$pgid" 2>/dev/null'
@@ -173,16 +174,19 @@ def spawn_child(cmd: Sequence[str], *, death_signal: int = signal.SIGTERM, **pop
     """Start `cmd` in a session of its own, with `death_signal` as its parent-death signal and a keeper that stops
     its group when we die. `popen_kw` goes to `subprocess.Popen` (stdout, env, cwd, ...)."""
     keeper = _start_keeper()  # first: a kill that comes while the child starts still reaches all of it
+    arm = die_with_parent(death_signal)
+
+    def prepare() -> None:  # in the child, before its program starts
+        arm()
+        if keeper is not None:  # the keeper learns the group before the program can start anything
+            with contextlib.suppress(OSError):
+                os.write(keeper[1], f"{os.getpid()}\n".encode())
+
     try:
-        proc = subprocess.Popen(
-            list(cmd), start_new_session=True, preexec_fn=die_with_parent(death_signal), **popen_kw
-        )
+        proc = subprocess.Popen(list(cmd), start_new_session=True, preexec_fn=prepare, **popen_kw)
     except BaseException:
         _stop_keeper(keeper)
         raise
-    if keeper is not None:
-        with contextlib.suppress(OSError):
-            os.write(keeper[1], f"{proc.pid}\n".encode())
     return Child(proc, keeper)
 
 

@@ -13,6 +13,9 @@ from rich.console import Console
 from rich.table import Table
 
 from agent.config import RunConfig, load_config_file
+from agent.proposers import PROPOSERS
+from sandbox.registry import SANDBOXES
+from tasks.plugins import Registry
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__, pretty_exceptions_enable=False)
 console = Console(highlight=False)
@@ -26,6 +29,21 @@ def fail(message: str, code: int = 2) -> None:
 
 def _home(home: Path | None) -> Path:
     return home or Path(os.environ.get("RLLOOP_HOME", ".rlloop"))
+
+
+def _registered(registry: Registry[Any]) -> str:
+    """The names a `--sandbox` / `--proposer` accepts besides "auto": built-ins and plugins (entry points)."""
+    return ", ".join(registry.names()) or "none"
+
+
+SANDBOX_HELP = (
+    f"auto (docker when usable, else local) or a registered backend: {_registered(SANDBOXES)}; plugins add "
+    "more (`rlloop sandbox list`)."
+)
+PROPOSER_HELP = (
+    f"auto (llm when --driver-model is set, else builtin) or a registered proposer: {_registered(PROPOSERS)}; "
+    "plugins add more."
+)
 
 
 def build_config(config_file: Path | None, flags: dict[str, Any]) -> RunConfig:
@@ -73,8 +91,8 @@ def run(
     benchmark: Annotated[str | None, typer.Option(help="Benchmark name (`rlloop benchmarks`).")] = None,
     loop_n: Annotated[int | None, typer.Option(help="Number of trials.")] = None,
     timeout: Annotated[str | None, typer.Option(help="Time budget, e.g. 20m, 1h.")] = None,
-    sandbox: Annotated[str | None, typer.Option(help="auto, local, docker or ray.")] = None,
-    proposer: Annotated[str | None, typer.Option(help="auto, builtin or llm.")] = None,
+    sandbox: Annotated[str | None, typer.Option(help=SANDBOX_HELP)] = None,
+    proposer: Annotated[str | None, typer.Option(help=PROPOSER_HELP)] = None,
     driver_model: Annotated[
         str | None, typer.Option(help="LLM for the proposer (OpenAI-compatible).")
     ] = None,
@@ -344,8 +362,7 @@ def grade_serve(
         }
     private.mkdir(parents=True, exist_ok=True)
     private.chmod(0o700)
-    atomic_write_json(config_path, config)
-    config_path.chmod(0o600)
+    atomic_write_json(config_path, config, mode=0o600)  # the token: never readable by others
     url = f"http://{config['host']}:{config['port']}"
     console.print(f"grading server for {benchmark} (base model {model})")
     console.print(f"  GRADING_SERVER_URL={url}")
@@ -357,6 +374,17 @@ def grade_serve(
     raise typer.Exit(run_child([sys.executable, "-m", "grader", "serve", "--config", str(config_path)]))
 
 
+def sandbox_list() -> None:
+    """The sandbox backends `--sandbox` may name (built in or from plugins), and plugins that failed to load."""
+    table = Table("sandbox", "from")
+    for name in SANDBOXES.choices():
+        reserved = name in SANDBOXES.reserved
+        table.add_row(name, "picks docker when usable, else local" if reserved else SANDBOXES.origin(name))
+    console.print(table)
+    for problem in SANDBOXES.problems():
+        err.print(f"[yellow]warning:[/yellow] {problem}")
+
+
 def _mount_subcommands() -> None:
     """Commands whose code lives with the part they drive (sandbox, trainers, service, sweeps)."""
     from agent.service.cli import serve_app
@@ -364,7 +392,8 @@ def _mount_subcommands() -> None:
     from sandbox.cli import app as sandbox_app
     from trainers.plan_cli import check_inputs_command, plan_command
 
-    app.add_typer(sandbox_app, name="sandbox", help="Build, check and clean the trial sandboxes.")
+    sandbox_app.command("list")(sandbox_list)
+    app.add_typer(sandbox_app, name="sandbox", help="List, build, check and clean the trial sandboxes.")
     app.command("plan", help="Plan verl jobs for runs too large for one machine (prints; starts nothing).")(
         plan_command
     )

@@ -109,8 +109,7 @@ class GraderProcess:
             token = json.loads(config_path.read_text())["token"]
         config = grader_config(paths, port=free_port(), token=token, **kwargs)
         paths.grader_dir.mkdir(parents=True, exist_ok=True)
-        atomic_write_json(config_path, config)
-        config_path.chmod(0o600)
+        atomic_write_json(config_path, config, mode=0o600)  # the token: never readable by others
         return cls(paths, config)
 
     def stop_stale(self) -> str | None:

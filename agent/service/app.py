@@ -36,7 +36,7 @@ from agent.service.schemas import (
     validate_run_request,
 )
 from agent.service.settings import ServiceSettings
-from agent.service.views import MlflowLinks, run_detail, run_links, run_summary
+from agent.service.views import MlflowLinks, pending_view, run_detail, run_links, run_summary
 from agent.service.workers import RunConflictError, RunNotFoundError, WorkerPool
 from agent.workspace import new_run_id
 from grader.benchmarks import UnknownBenchmarkError, get_benchmark
@@ -197,23 +197,7 @@ def create_app(settings: ServiceSettings) -> FastAPI:
             if record is None:
                 summary = run_summary(runs_dir / run_id, None, [])
                 active = summary is not None and summary.status == "running"
-            proposal = trial.proposal
-            out.append(
-                PendingApproval(
-                    run_id=run_id,
-                    trial_id=trial.trial_id,
-                    index=trial.index,
-                    recipe=proposal.recipe,
-                    hypothesis=proposal.hypothesis,
-                    rationale=proposal.rationale,
-                    hyperparameters=proposal.hyperparameters,
-                    init_from=proposal.init_from,
-                    train_py=proposal.train_py,
-                    estimated_cost_s=proposal.estimated_cost_s,
-                    run_active=active,
-                    decide=f"/approvals/{run_id}/{trial.trial_id}",
-                )
-            )
+            out.append(pending_view(run_id, trial, active))
         return out
 
     @app.post("/approvals/{run_id}/{trial_id}", response_model=DecisionRecorded)

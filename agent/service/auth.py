@@ -15,13 +15,14 @@ import json
 import os
 import re
 import secrets
-import tempfile
 import threading
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, Field, ValidationError
+
+from tasks.atomic import atomic_write_text
 
 Role = Literal["viewer", "approver", "admin"]
 ROLES: tuple[Role, ...] = ("viewer", "approver", "admin")
@@ -100,20 +101,8 @@ def env_users() -> list[ServiceUser]:
 
 
 def write_users_file(path: Path, users: list[ServiceUser]) -> None:
-    """Atomic write (temp file + rename) with mode 0600 from the first byte: the hashes are still secrets."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    text = UsersDocument(users=users).model_dump_json(indent=2) + "\n"
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")  # mkstemp: 0600
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, 0o600)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Atomic write with mode 0600 from the first byte (the temp file is 0600 too): the hashes are still secrets."""
+    atomic_write_text(path, UsersDocument(users=users).model_dump_json(indent=2) + "\n", mode=0o600)
 
 
 def add_user(path: Path, name: str, role: str, replace: bool = False) -> str:

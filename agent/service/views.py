@@ -6,13 +6,28 @@ import json
 import threading
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+from pydantic import BaseModel
 
 from agent.proposers.base import TrialRecord
 from agent.service.records import REQUEST_NAME, WORKER_LOG_NAME, WorkerRecord
-from agent.service.schemas import Links, RunDetail, RunSummary, TrialView, WorkerView
+from agent.service.schemas import Links, PendingApproval, RunDetail, RunSummary, TrialView, WorkerView
 from agent.service.workers import last_error
 from agent.status import RunRow, read_state, run_row
+
+View = TypeVar("View", bound=BaseModel)
+
+
+def view_of(view: type[View], *sources: BaseModel, **given: Any) -> View:
+    """A response body filled from the records it shows: each field of `view` not in `given` comes from the first
+    source that has it. One place, so a field added to both sides is shown without a third edit."""
+    values = dict(given)
+    for name in view.model_fields:
+        for source in sources:
+            if name not in values and name in type(source).model_fields:
+                values[name] = getattr(source, name)
+    return view(**values)
 
 
 def run_links(run_id: str, record: WorkerRecord | None, mlflow: str | None = None) -> Links:
@@ -63,17 +78,14 @@ def _fresh(run_dir: Path, record: WorkerRecord | None, pending: list[str]) -> li
 
 
 def worker_view(run_dir: Path, record: WorkerRecord) -> WorkerView:
-    return WorkerView(
-        state=record.state,
-        command=record.command,
-        pid=record.pid,
-        created_at=record.created_at,
-        started_at=record.started_at,
-        ended_at=record.ended_at,
-        exit_code=record.exit_code,
-        cancel_requested=record.cancel_requested,
-        auto_resumes=record.auto_resumes,
-        log=str(run_dir / WORKER_LOG_NAME),
+    return view_of(WorkerView, record, log=str(run_dir / WORKER_LOG_NAME))
+
+
+def pending_view(run_id: str, trial: TrialRecord, run_active: bool) -> PendingApproval:
+    """A proposal waiting for a decision, with where to POST it."""
+    decide = f"/approvals/{run_id}/{trial.trial_id}"
+    return view_of(
+        PendingApproval, trial, trial.proposal, run_id=run_id, run_active=run_active, decide=decide
     )
 
 
@@ -115,21 +127,7 @@ def run_summary(run_dir: Path, record: WorkerRecord | None, pending: list[str]) 
 
 def trial_view(data: dict[str, Any]) -> TrialView:
     trial = TrialRecord.model_validate(data)
-    return TrialView(
-        trial_id=trial.trial_id,
-        index=trial.index,
-        status=trial.status,
-        recipe=trial.proposal.recipe,
-        hypothesis=trial.proposal.hypothesis,
-        hyperparameters=trial.proposal.hyperparameters,
-        init_from=trial.proposal.init_from,
-        score=trial.score,
-        submission_id=trial.submission_id,
-        error=trial.error,
-        duration_s=trial.duration_s,
-        train_metrics=trial.train_metrics,
-        approval=trial.approval,
-    )
+    return view_of(TrialView, trial, trial.proposal)
 
 
 class MlflowLinks:
