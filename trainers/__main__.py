@@ -16,7 +16,7 @@ from pydantic import ValidationError
 
 from trainers.algorithms.coach import CoachReplyError
 from trainers.data import DataFileError
-from trainers.registry import UnknownRecipeError, get_recipe, list_recipes
+from trainers.registry import UnknownRecipeError, get_recipe, list_recipes, recipe_problems
 from trainers.result import TrainerSetupError
 
 EXIT_BAD_INPUT = 2
@@ -59,6 +59,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.list:
         for recipe in list_recipes():
             print(f"{recipe.name:<10} {recipe.description}")
+        for problem in recipe_problems():  # a broken plugin is skipped, and said so
+            print(f"warning: {problem}", file=sys.stderr)
         return 0
     if not args.recipe or args.config is None:
         return _fail("give a recipe and a config: python -m trainers <recipe> --config FILE (or --list)")

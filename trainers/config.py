@@ -1,8 +1,14 @@
-"""One pydantic config per recipe, all sharing the fields every trainer needs."""
+"""One pydantic config per recipe, all sharing the fields every trainer needs.
+
+Every field carries `Field(description=...)`: the agent's LLM proposer sees a recipe through these descriptions
+(agent/llm/recipes.py), and a test holds every registered recipe to it. A recipe that only changes a default
+(`max_steps: int = 400`) keeps the description its base class gave the field.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -12,18 +18,49 @@ class TrainerConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    model_path: Path  # HF checkpoint folder to start from
-    train_file: Path
-    output_dir: Path  # the checkpoint (safetensors + tokenizer) and metrics.json land here
-    benchmark: str = "arith"  # selects the reward function / answer checker
-    seed: int = 0
-    learning_rate: float = 1e-3
-    max_steps: int = 200
-    per_device_train_batch_size: int = 32
-    max_seconds: float | None = None  # stop cleanly (and still save) once this much training time is spent
-    max_train_samples: int | None = None
-    logging_steps: int = 10
-    lora: bool = False
-    lora_r: int = 16
-    lora_alpha: int = 32
-    extra: dict[str, object] = Field(default_factory=dict)
+    model_path: Path = Field(description="Hugging Face checkpoint folder to start from.")
+    train_file: Path = Field(description="Training JSONL, one {prompt, answer} object per line.")
+    output_dir: Path = Field(
+        description="Where the checkpoint (safetensors + tokenizer), log_history.jsonl and metrics.json land."
+    )
+    benchmark: str = Field(default="arith", description="Benchmark whose answer checker scores rewards.")
+    seed: int = Field(default=0, description="Seed for Python, NumPy and torch, and for the data order.")
+    learning_rate: float = Field(default=1e-3, description="Peak learning rate of the (policy) optimizer.")
+    max_steps: int = Field(
+        default=200, description="Optimizer steps to take (fewer if max_seconds runs out)."
+    )
+    per_device_train_batch_size: int = Field(default=32, description="Training samples per optimizer step.")
+    max_seconds: float | None = Field(
+        default=None, description="Stop cleanly (and still save) once this much training time is spent."
+    )
+    max_train_samples: int | None = Field(
+        default=None, description="Use only the first N samples of train_file; None uses all."
+    )
+    logging_steps: int = Field(default=10, description="A progress line and log-history entry every N steps.")
+    lora: bool = Field(
+        default=False,
+        description="Train LoRA adapters on every linear layer; merged into the saved checkpoint.",
+    )
+    lora_r: int = Field(default=16, description="LoRA rank (with lora=true).")
+    lora_alpha: int = Field(default=32, description="LoRA scaling alpha (with lora=true).")
+    extra: dict[str, object] = Field(
+        default_factory=dict,
+        description="Free-form notes carried along with the config; no recipe reads them.",
+    )
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        """A subclass that re-declares a field to change its default inherits the base class's description."""
+        super().__pydantic_init_subclass__(**kwargs)
+        inherited = False
+        for name, info in cls.model_fields.items():
+            if info.description:
+                continue
+            for base in cls.__mro__[1:]:
+                parent = base.__dict__.get("__pydantic_fields__", {}).get(name)
+                if parent is not None and parent.description:
+                    info.description = parent.description
+                    inherited = True
+                    break
+        if inherited:
+            cls.model_rebuild(force=True)

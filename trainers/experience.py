@@ -8,11 +8,10 @@ An experience list is a JSON file, either a list of strings or `{"experience": [
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+from tasks.atomic import atomic_write_json
 from trainers.data import DataFileError
 
 EXPERIENCE_HEADER = "Experience:"
@@ -95,15 +94,4 @@ def load_context(context: str | None, context_file: Path | None) -> str:
 
 def write_experience(path: Path, items: Sequence[str]) -> Path:
     """Write `{"experience": [...]}` atomically."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump({"experience": list(items)}, handle, indent=2)
-            handle.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    return atomic_write_json(path, {"experience": list(items)})

@@ -13,16 +13,9 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from tasks import Benchmark, Sample, get_benchmark
+from trainers.rewards import cut_at_stop
 
-
-def cut_at_stop(text: str, stop: Sequence[str]) -> str:
-    """The completion up to (not including) the first stop string."""
-    cut = len(text)
-    for s in stop:
-        at = text.find(s)
-        if at != -1:
-            cut = min(cut, at)
-    return text[:cut]
+__all__ = ["accuracy", "checkpoint_accuracy", "cut_at_stop", "greedy_completions"]
 
 
 @torch.inference_mode()

@@ -1,19 +1,37 @@
 """Recipe registry: a name maps to a pydantic config class and a run function, like Inspect AI's registries.
 
-Built-in recipes live in `trainers/algorithms/`: any module there that defines a module-level `RECIPE` is found on
-first use, so adding an algorithm is adding a file. Code elsewhere can call `register_recipe`.
+Recipes live in the project's one plugin registry (`tasks.plugins.Registry`, group `rlloop.recipes`). Built-ins are
+the modules in `BUILTIN_MODULES`: each calls `register_recipe` once per recipe it defines (opcd.py registers both
+`opcd` and `opcd_offpolicy`), so adding an algorithm is one file plus one line here. A plugin declares an entry point
+in the `rlloop.recipes` group naming either a `Recipe` (registered under the entry point's name, which should be the
+recipe's name) or a module whose import calls `register_recipe`.
 """
 
 from __future__ import annotations
 
 import importlib
-import pkgutil
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from importlib.metadata import entry_points
+from pathlib import Path
 from typing import Any
 
+from tasks.plugins import Registry, UnknownPluginError
 from trainers.config import TrainerConfig
 from trainers.result import TrainResult
+
+BUILTIN_MODULES = (
+    "trainers.algorithms.sft",
+    "trainers.algorithms.grpo",
+    "trainers.algorithms.dpo",
+    "trainers.algorithms.opo",
+    "trainers.algorithms.opcd",
+    "trainers.algorithms.gad",
+    "trainers.algorithms.coach",
+    "trainers.algorithms.oel",
+)
+GROUP = "rlloop.recipes"
 
 
 @dataclass(frozen=True)
@@ -30,55 +48,70 @@ class Recipe:
         return self.config_class.model_validate(data)
 
 
-class UnknownRecipeError(KeyError):
-    """A recipe name nobody registered; the message lists the known ones."""
-
-    def __str__(self) -> str:
-        return str(self.args[0])
+class UnknownRecipeError(UnknownPluginError):
+    """A recipe name nobody registered (a KeyError, as the generic registry's error); the message lists the known
+    ones."""
 
 
-_RECIPES: dict[str, Recipe] = {}
-_DISCOVERED = False
+def _register_builtins() -> None:
+    for module in BUILTIN_MODULES:
+        importlib.import_module(module)
+
+
+RECIPES: Registry[Recipe] = Registry(
+    "recipe", GROUP, builtins=_register_builtins, hint="see `python -m trainers --list`"
+)
 
 
 def register_recipe(recipe: Recipe, *, replace: bool = False) -> Recipe:
     """Add a recipe; registering a different recipe under a taken name is an error unless `replace`."""
-    existing = _RECIPES.get(recipe.name)
-    if existing is not None and existing is not recipe and not replace:
-        raise ValueError(f"recipe {recipe.name!r} is already registered; pass replace=True to override it")
-    _RECIPES[recipe.name] = recipe
-    return recipe
-
-
-def _discover_builtins() -> None:
-    global _DISCOVERED
-    if _DISCOVERED:
-        return
-    import trainers.algorithms as algorithms
-
-    for info in sorted(pkgutil.iter_modules(algorithms.__path__), key=lambda m: m.name):
-        if info.name.startswith("_"):
-            continue
-        module = importlib.import_module(f"{algorithms.__name__}.{info.name}")
-        recipe = getattr(module, "RECIPE", None)
-        if isinstance(recipe, Recipe) and recipe.name not in _RECIPES:
-            register_recipe(recipe)
-    _DISCOVERED = True
+    return RECIPES.register(recipe.name, recipe, replace=replace, origin=recipe.run.__module__)
 
 
 def list_recipes() -> list[Recipe]:
     """All known recipes, sorted by name."""
-    _discover_builtins()
-    return [_RECIPES[name] for name in sorted(_RECIPES)]
+    return [RECIPES.get(name) for name in RECIPES.names()]
+
+
+def recipe_problems() -> list[str]:
+    """Recipe plugins that could not be loaded, each with its entry point and why."""
+    return RECIPES.problems()
 
 
 def get_recipe(name: str) -> Recipe:
     """The recipe called `name`; UnknownRecipeError lists the known names otherwise."""
-    _discover_builtins()
     try:
-        return _RECIPES[name]
-    except KeyError:
-        known = ", ".join(sorted(_RECIPES)) or "none"
+        return RECIPES.get(name)
+    except UnknownPluginError:
+        known = ", ".join(RECIPES.names()) or "none"
         raise UnknownRecipeError(
-            f"unknown recipe {name!r}; known: {known} (see `python -m trainers --list`)"
+            f"unknown recipe {name!r}; known: {known} (see `python -m trainers --list`; "
+            f"plugins add more through the {GROUP!r} entry point group)"
         ) from None
+
+
+def _top_level_location(module: str) -> Path | None:
+    top = sys.modules.get(module.split(".")[0])
+    where = getattr(top, "__path__", None)
+    if where:
+        return Path(next(iter(where))).resolve()
+    file = getattr(top, "__file__", None)
+    return Path(file).resolve() if file else None
+
+
+def plugin_files(name: str) -> list[Path]:
+    """What a process must see to find the plugin recipe `name` through its entry point: the top-level package (or
+    module file) that defines it and the metadata folder of each distribution declaring it. Empty for built-ins
+    and for recipes registered in code; the trial request mounts these (agent/trials.py)."""
+    module = get_recipe(name).run.__module__
+    top = module.split(".")[0]
+    if top == __name__.split(".")[0]:
+        return []
+    declaring = [ep for ep in entry_points(group=GROUP) if ep.name == name or ep.module.split(".")[0] == top]
+    if not declaring:
+        return []
+    found = [_top_level_location(module)]
+    for ep in declaring:
+        dist_dir = getattr(ep.dist, "_path", None)  # a PathDistribution's *.dist-info folder
+        found += [_top_level_location(ep.module), Path(dist_dir).resolve() if dist_dir else None]
+    return list(dict.fromkeys(path for path in found if path is not None))

@@ -6,23 +6,48 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
+REWARD_WINDOW = 5  # logged steps averaged into reward_first / reward_mean: a single sampled step is noisy
+
 
 class TrainResult(BaseModel):
-    """Outcome of one recipe run. `metrics.json` in `output_dir` is this model dumped, written last."""
+    """Outcome of one recipe run. `metrics.json` in `output_dir` is this model dumped, written last.
+
+    Every figure has one meaning for every recipe (`trainers.finish.finish_run` computes them all). A "logged step"
+    is an entry of `log_history.jsonl` that carries the figure: TRL's log entries (every `logging_steps`), one row
+    per step in the hand-written loops, one row per round in `oel`.
+    """
 
     recipe: str
     output_dir: Path
-    train_loss: float | None = None  # mean training loss over the run (TRL's `train_loss`)
-    steps: int = 0  # optimizer steps actually taken
-    train_seconds: float = 0.0
-    samples_per_second: float | None = None
-    reward_mean: float | None = None  # RL recipes: mean reward over the last logged window
-    reward_first: float | None = (
-        None  # RL recipes: mean reward of the first logged window, to see whether it rose
+    train_loss: float | None = Field(
+        default=None, description="Mean training loss over the run's steps (the recipe's objective, e.g. KL)."
     )
-    stopped_early: bool = False  # True when `max_seconds` ran out before `max_steps`
-    lora_merged: bool = False
-    extra: dict[str, float] = Field(default_factory=dict)
+    steps: int = Field(default=0, description="Optimizer steps actually taken.")
+    train_seconds: float = Field(default=0.0, description="Wall time of training, final evaluation excluded.")
+    samples_per_second: float | None = Field(
+        default=None, description="Training samples (completions, pairs) consumed per second of training."
+    )
+    reward_mean: float | None = Field(
+        default=None, description=f"RL recipes: mean reward over the last {REWARD_WINDOW} logged steps."
+    )
+    reward_first: float | None = Field(
+        default=None,
+        description=f"RL recipes: mean reward over the first {REWARD_WINDOW} logged steps, to see whether it rose.",
+    )
+    stopped_early: bool = Field(
+        default=False, description="True when `max_seconds` ran out before the last step."
+    )
+    lora_merged: bool = Field(
+        default=False, description="True when LoRA adapters were merged into the checkpoint."
+    )
+    extra: dict[str, float] = Field(
+        default_factory=dict,
+        description=(
+            "Recipe-specific figures, plus the shared ones where they apply: train_tokens (prompt and completion "
+            "tokens processed), tokens_per_second (train_tokens / train_seconds), eval_accuracy_before and "
+            "eval_accuracy (greedy accuracy on `eval_file` before and after training)."
+        ),
+    )
 
 
 class TrainerSetupError(RuntimeError):

@@ -28,10 +28,12 @@ def _text(completion: Any) -> str:
     return str(completion)
 
 
-def _cut(text: str, stop: Sequence[str]) -> str:
+def cut_at_stop(text: str, stop: Sequence[str]) -> str:
+    """The completion up to (not including) the earliest stop string, as the grader cuts it (empty ones ignored).
+    The one copy in trainers: rewards, the on-policy loops and quick_eval all score what it leaves."""
     cut = len(text)
     for s in stop:
-        at = text.find(s)
+        at = text.find(s) if s else -1
         if at != -1:
             cut = min(cut, at)
     return text[:cut]
@@ -40,7 +42,7 @@ def _cut(text: str, stop: Sequence[str]) -> str:
 def arith_correct(prompts: list[Any], completions: list[Any], answer: list[str], **_: Any) -> list[float]:
     """1.0 when the first number written (before a newline or space) equals the reference, as the grader scores."""
     return [
-        1.0 if numbers_match(first_number(_cut(_text(c), _ARITH_STOP)), ref) else 0.0
+        1.0 if numbers_match(first_number(cut_at_stop(_text(c), _ARITH_STOP)), ref) else 0.0
         for c, ref in zip(completions, answer, strict=True)
     ]
 
@@ -66,7 +68,7 @@ def benchmark_scorer(name: str) -> RewardFunc:
         return [
             float(
                 benchmark.score(
-                    _cut(_text(c), benchmark.stop), Sample(id="reward", prompt=str(p), answer=ref)
+                    cut_at_stop(_text(c), benchmark.stop), Sample(id="reward", prompt=str(p), answer=ref)
                 )
             )
             for p, c, ref in zip(prompts, completions, answer, strict=True)

@@ -1,19 +1,10 @@
-"""What every recipe run shares: seeding, CPU-friendly TRL arguments, the time budget, progress lines, and saving.
-
-Saving is the part that must never go wrong: the checkpoint is written into `output_dir/.tmp`, moved into place file by
-file, and `metrics.json` is written last (atomically). A run killed at any point leaves no `metrics.json`, so nobody
-mistakes a half-written checkpoint for a finished one.
-"""
+"""What every recipe run shares before it ends: seeding, loading, CPU-friendly TRL arguments, the time budget and
+progress lines. How a run ends (checkpoint, log history, metrics.json) is `trainers.finish`."""
 
 from __future__ import annotations
 
-import json
-import math
-import os
 import random
-import shutil
 import time
-from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,11 +22,6 @@ from transformers import (
 )
 
 from trainers.config import TrainerConfig
-from trainers.result import TrainResult
-
-METRICS_FILE = "metrics.json"
-LOG_HISTORY_FILE = "log_history.jsonl"
-STAGING_DIR = ".tmp"
 
 
 def seed_everything(seed: int) -> None:
@@ -148,16 +134,6 @@ def base_training_args(config: TrainerConfig, staging: Path) -> dict[str, Any]:
     }
 
 
-def prepare_output_dir(output_dir: Path) -> Path:
-    """Create `output_dir`, drop a stale `metrics.json` (this run is not finished yet) and return a fresh staging dir."""
-    output_dir.mkdir(parents=True, exist_ok=True)
-    (output_dir / METRICS_FILE).unlink(missing_ok=True)
-    staging = output_dir / STAGING_DIR
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir()
-    return staging
-
-
 def load_model_and_tokenizer(model_path: Path) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """The starting checkpoint, in float32 on CPU (TRL moves it to the accelerator when there is one)."""
     if not (model_path / "config.json").is_file():
@@ -183,43 +159,6 @@ def peft_config(config: TrainerConfig) -> Any:
     )
 
 
-def plain_model(model: Any) -> tuple[PreTrainedModel, bool]:
-    """The model to save: LoRA adapters merged in, so the grader loads an ordinary checkpoint."""
-    if hasattr(model, "merge_and_unload"):
-        return model.merge_and_unload(), True
-    return model, False
-
-
-def _write_json_atomically(path: Path, payload: Any) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(payload, indent=2, default=str) + "\n")
-    os.replace(tmp, path)
-
-
-def save_checkpoint(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, output_dir: Path) -> None:
-    """Write safetensors + config + tokenizer into `output_dir/.tmp/checkpoint`, then move each file into place."""
-    target = output_dir / STAGING_DIR / "checkpoint"
-    shutil.rmtree(target, ignore_errors=True)
-    model.save_pretrained(target, safe_serialization=True)
-    tokenizer.save_pretrained(target)
-    for item in sorted(target.iterdir()):
-        destination = output_dir / item.name
-        if destination.is_dir():
-            shutil.rmtree(destination)
-        os.replace(item, destination)
-
-
-def _finite(value: Any) -> float | None:
-    return float(value) if isinstance(value, int | float) and math.isfinite(value) else None
-
-
-def _window_mean(history: Iterable[dict[str, Any]], key: str, *, last: bool) -> float | None:
-    values = [float(entry[key]) for entry in history if isinstance(entry.get(key), int | float)]
-    if not values:
-        return None
-    return values[-1] if last else values[0]
-
-
 def without_printer(trainer: Any) -> Any:
     """Drop the Trainer's raw dict printer: ProgressCallback prints the same figures as one readable line."""
     from transformers.trainer_callback import PrinterCallback
@@ -228,66 +167,14 @@ def without_printer(trainer: Any) -> Any:
     return trainer
 
 
-def finish_run(
-    *,
-    recipe: str,
-    config: TrainerConfig,
-    trainer: Any,
-    train_loss: float | None,
-    time_budget: TimeBudgetCallback,
-    train_seconds: float,
-    tokenizer: PreTrainedTokenizerBase,
-) -> TrainResult:
-    """Save the final model, the log history and (last) `metrics.json`; return the run's result."""
-    output_dir = config.output_dir
-    model, merged = plain_model(trainer.model)
-    save_checkpoint(model.cpu(), tokenizer, output_dir)
-    history: list[dict[str, Any]] = list(trainer.state.log_history)
-    with (output_dir / LOG_HISTORY_FILE).open("w") as fh:
-        for entry in history:
-            fh.write(json.dumps(entry, default=str) + "\n")
-    steps = int(trainer.state.global_step)
-    batch = config.per_device_train_batch_size * int(getattr(trainer.args, "gradient_accumulation_steps", 1))
-    result = TrainResult(
-        recipe=recipe,
-        output_dir=output_dir,
-        train_loss=_finite(train_loss),
-        steps=steps,
-        train_seconds=round(train_seconds, 3),
-        samples_per_second=round(steps * batch / train_seconds, 3) if train_seconds > 0 else None,
-        reward_mean=_window_mean(history, "reward", last=True),
-        reward_first=_window_mean(history, "reward", last=False),
-        stopped_early=time_budget.stopped_early,
-        lora_merged=merged,
-    )
-    shutil.rmtree(output_dir / STAGING_DIR, ignore_errors=True)
-    _write_json_atomically(output_dir / METRICS_FILE, result.model_dump(mode="json"))
-    log(
-        f"done: {steps} steps in {train_seconds:.1f}s, train_loss {result.train_loss}, "
-        f"reward {result.reward_mean}; checkpoint in {output_dir}"
-    )
-    return result
-
-
 @dataclass
 class TrainedRun:
-    """A TRL trainer after `train()`, with what `finish_run` needs from it."""
+    """A TRL trainer after `train()`, with what `trainers.finish.finish_trl` needs from it."""
 
     trainer: Any
     train_loss: float | None
     time_budget: TimeBudgetCallback
     train_seconds: float
-
-    def finish(self, recipe: str, config: TrainerConfig, tokenizer: PreTrainedTokenizerBase) -> TrainResult:
-        return finish_run(
-            recipe=recipe,
-            config=config,
-            trainer=self.trainer,
-            train_loss=self.train_loss,
-            time_budget=self.time_budget,
-            train_seconds=self.train_seconds,
-            tokenizer=tokenizer,
-        )
 
 
 def train_trl(trainer_class: Any, config: TrainerConfig, **trainer_kwargs: Any) -> TrainedRun:

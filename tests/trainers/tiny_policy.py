@@ -100,7 +100,7 @@ def _sometimes_solved(
     model: LlamaForCausalLM, tokenizer: PreTrainedTokenizerFast, candidates: list[Sample], count: int
 ) -> list[Sample]:
     """The `count` prompts the policy solves most often when sampling (but not always): RL has a signal on them."""
-    from trainers.algorithms.onpolicy import benchmark_reward, sample
+    from trainers.onpolicy import benchmark_reward, sample
 
     torch.manual_seed(0)
     draws = 16

@@ -19,10 +19,11 @@ from pydantic import BaseModel, Field, ValidationError
 
 from tasks import Sample
 from trainers import losses, runtime
-from trainers.algorithms import onpolicy as op
-from trainers.algorithms.opcd import OPCDConfig, distill
+from trainers import onpolicy as op
+from trainers.algorithms.opcd import OPCDConfig, distill_and_finish
 from trainers.experience import render_context, write_experience
-from trainers.registry import Recipe
+from trainers.finish import prepare_output_dir
+from trainers.registry import Recipe, register_recipe
 from trainers.result import TrainerSetupError, TrainResult
 
 DEFAULT_RUBRIC = (
@@ -42,15 +43,23 @@ class CoachReplyError(ValueError):
 class CoachConfig(OPCDConfig):
     """The coach endpoint's model, the rubric, and which use of the coach to train with."""
 
-    mode: Literal["distill", "rl"] = "distill"
-    coach_model: str = "gpt-4o-mini"
-    rubric: str = DEFAULT_RUBRIC
-    show_reference: bool = True  # give the coach the reference answer along with each response
-    # responses the coach reviews to write experience (distill)
-    experience_samples: int = Field(default=16, ge=1)
-    max_experience_items: int = Field(default=8, ge=1)
-    request_timeout: float = Field(default=120.0, gt=0)
-    num_generations: int = 8  # rl mode: group size; distill mode uses it as OPCD samples per prompt
+    mode: Literal["distill", "rl"] = Field(
+        default="distill",
+        description="distill: OPCD on the coach's written experience (the paper); rl: PG on the coach's score.",
+    )
+    coach_model: str = Field(default="gpt-4o-mini", description="Model name at the coach endpoint.")
+    rubric: str = Field(default=DEFAULT_RUBRIC, description="What the coach scores responses against.")
+    show_reference: bool = Field(
+        default=True, description="Give the coach the reference answer along with each response."
+    )
+    experience_samples: int = Field(
+        default=16, ge=1, description="Responses the coach reviews to write experience (distill mode)."
+    )
+    max_experience_items: int = Field(default=8, ge=1, description="Most lessons the coach may write.")
+    request_timeout: float = Field(default=120.0, gt=0, description="Seconds to wait for each coach reply.")
+    num_generations: int = Field(
+        default=8, description="rl mode: group size; distill mode: OPCD samples per prompt."
+    )
     per_device_train_batch_size: int = 32
 
 
@@ -169,64 +178,42 @@ def _run_distill(config: CoachConfig, coach: Coach) -> TrainResult:
     samples = op.load_samples(config.train_file, config.max_train_samples)
     student, tokenizer = op.load_policy(config)
     teacher = op.load_frozen(config.model_path)
-    runtime.prepare_output_dir(config.output_dir)
+    prepare_output_dir(config.output_dir)  # no stale metrics.json while the coach is asked
     reviewed = samples[: config.experience_samples]
-    max_new = op.new_tokens_budget(config)
     rollout = op.sample(
-        student, tokenizer, [s.prompt for s in reviewed], max_new_tokens=max_new, do_sample=False
+        student,
+        tokenizer,
+        [s.prompt for s in reviewed],
+        max_new_tokens=op.new_tokens_budget(config),
+        do_sample=False,
     )
     scores = coach.score(reviewed, rollout.texts)
     lessons = coach.experience(reviewed, rollout.texts, scores, config.max_experience_items)
     runtime.log(f"coach: mean score {op.mean(scores):.3f} on {len(scores)} responses; {len(lessons)} lessons")
     write_experience(config.output_dir / "experience.json", lessons)
-    context = render_context(config.context, lessons)
-    eval_before = op.evaluate(student, tokenizer, config)
-    clock = op.Clock(config.max_seconds)
-    history, tokens = distill(
-        student,
+    return distill_and_finish(
+        "coach",
+        op.Session(config, student, tokenizer),
         teacher,
-        tokenizer,
         samples,
-        context,
-        config,
-        clock=clock,
-        log=lambda r: runtime.log(f"coach-distill step {int(r['step'])}/{config.max_steps} kl {r['kl']:.4g}"),
-    )
-    return op.finish(
-        recipe="coach",
-        config=config,
-        model=student,
-        tokenizer=tokenizer,
-        history=history,
-        clock=clock,
-        samples_seen=len(history) * config.per_device_train_batch_size,
-        loss_key="kl",
-        extra={
-            "coach_score_before": op.mean(scores),
-            "experience_items": len(lessons),
-            "kl_first": history[0]["kl"] if history else None,
-            "kl_last": history[-1]["kl"] if history else None,
-            "train_tokens": tokens,
-            "eval_accuracy_before": eval_before,
-            "eval_accuracy": op.evaluate(student, tokenizer, config),
-        },
+        render_context(config.context, lessons),
+        label="coach-distill",
+        extra={"coach_score_before": op.mean(scores), "experience_items": len(lessons)},
     )
 
 
 def _run_rl(config: CoachConfig, coach: Coach) -> TrainResult:
     samples = op.load_samples(config.train_file, config.max_train_samples)
     student, tokenizer = op.load_policy(config)
-    runtime.prepare_output_dir(config.output_dir)
     group = config.num_generations
     max_new = op.new_tokens_budget(config)
     next_batch = op.batches(samples, config.prompts_per_step(), config.seed)
     optimizer = op.optimizer_for(student, config.learning_rate)
-    eval_before = op.evaluate(student, tokenizer, config)
-    clock = op.Clock(config.max_seconds)
+    session = op.Session(config, student, tokenizer)
     history: list[dict[str, float]] = []
     tokens = 0
     for step_number in range(1, config.max_steps + 1):
-        if clock.expired():
+        if session.clock.expired():
             break
         batch = [s for s in next_batch() for _ in range(group)]
         rollout = op.sample(
@@ -238,38 +225,16 @@ def _run_rl(config: CoachConfig, coach: Coach) -> TrainResult:
         )
         rewards = torch.tensor(coach.score(batch, rollout.texts))
         advantages = losses.group_advantages(rewards, group)
-        logits = op.completion_logits(
-            student, rollout.sequences, rollout.attention_mask, rollout.completion_ids.shape[1]
+        loss = op.policy_gradient_step(
+            student, optimizer, rollout, advantages, float(len(batch) * max_new), config.max_grad_norm
         )
-        loss = losses.policy_gradient_loss(
-            op.token_logprobs(logits, rollout.completion_ids),
-            advantages,
-            rollout.completion_mask,
-            normaliser=float(len(batch) * max_new),
-        )
-        op.step(student, optimizer, loss, config.max_grad_norm)
         tokens += int(rollout.attention_mask.sum())
-        row = {"step": float(step_number), "coach_score": float(rewards.mean()), "loss": float(loss.detach())}
-        history.append(row)
-        if step_number % config.logging_steps == 0 or step_number == 1:
+        history.append({"step": float(step_number), "coach_score": float(rewards.mean()), "loss": loss})
+        if session.log_due(step_number):
             runtime.log(
-                f"coach-rl step {step_number}/{config.max_steps} coach_score {row['coach_score']:.4g}"
+                f"coach-rl step {step_number}/{config.max_steps} coach_score {float(rewards.mean()):.4g}"
             )
-    return op.finish(
-        recipe="coach",
-        config=config,
-        model=student,
-        tokenizer=tokenizer,
-        history=history,
-        clock=clock,
-        samples_seen=len(history) * config.per_device_train_batch_size,
-        reward_key="coach_score",
-        extra={
-            "train_tokens": tokens,
-            "eval_accuracy_before": eval_before,
-            "eval_accuracy": op.evaluate(student, tokenizer, config),
-        },
-    )
+    return session.finish("coach", history, tokens=tokens, reward_key="coach_score")
 
 
 def run(config: CoachConfig) -> TrainResult:
@@ -280,9 +245,11 @@ def run(config: CoachConfig) -> TrainResult:
     return _run_distill(config, coach) if config.mode == "distill" else _run_rl(config, coach)
 
 
-RECIPE = Recipe(
-    name="coach",
-    description="LLM-as-a-Coach via an OpenAI-compatible endpoint: distil its experience (OPCD) or RL on its score.",
-    config_class=CoachConfig,
-    run=run,
+register_recipe(
+    Recipe(
+        name="coach",
+        description="LLM-as-a-Coach via an OpenAI-compatible endpoint: distil its experience (OPCD) or RL on its score.",
+        config_class=CoachConfig,
+        run=run,
+    )
 )

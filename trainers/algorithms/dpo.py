@@ -8,8 +8,6 @@ prompt was right).
 
 from __future__ import annotations
 
-import json
-import os
 import random
 from pathlib import Path
 from typing import Literal
@@ -19,12 +17,13 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from tasks import Sample, get_benchmark
 from tasks.answers import normalize_number
+from trainers import onpolicy as op
 from trainers import runtime
-from trainers.algorithms import onpolicy as op
 from trainers.config import TrainerConfig
-from trainers.quick_eval import cut_at_stop
-from trainers.registry import Recipe
+from trainers.finish import finish_trl, plain_model, prepare_output_dir
+from trainers.registry import Recipe, register_recipe
 from trainers.result import TrainResult
+from trainers.rewards import cut_at_stop
 
 
 class DPOConfig(TrainerConfig):
@@ -33,13 +32,25 @@ class DPOConfig(TrainerConfig):
     learning_rate: float = 5e-5
     max_steps: int = 100
     per_device_train_batch_size: int = 16
-    beta: float = Field(default=0.1, gt=0)
-    loss_type: str = "sigmoid"  # any of TRL's DPO loss types (sigmoid, ipo, hinge, robust, ...)
-    rejected_source: Literal["perturb", "policy"] = "perturb"
-    policy_samples: int = Field(default=4, ge=1)  # samples per prompt when rejected_source="policy"
-    max_length: int | None = None  # TRL's truncation length; None keeps full sequences
-    eval_file: Path | None = None
-    eval_samples: int = Field(default=200, ge=1)
+    beta: float = Field(default=0.1, gt=0, description="Strength of the implicit KL to the start model.")
+    loss_type: str = Field(
+        default="sigmoid", description="Any of TRL's DPO loss types (sigmoid, ipo, hinge, robust, ...)."
+    )
+    rejected_source: Literal["perturb", "policy"] = Field(
+        default="perturb",
+        description="Rejected answers: the reference perturbed, or a wrong completion sampled from the policy.",
+    )
+    policy_samples: int = Field(
+        default=4, ge=1, description='Samples per prompt searched for a wrong one (rejected_source="policy").'
+    )
+    max_length: int | None = Field(
+        default=None, description="TRL's truncation length; None keeps full sequences."
+    )
+    eval_file: Path | None = Field(
+        default=None,
+        description="JSONL scored greedily before and after training (eval_accuracy in metrics.json).",
+    )
+    eval_samples: int = Field(default=200, ge=1, description="How many samples of eval_file are scored.")
 
 
 def perturb_answer(answer: str, rng: random.Random) -> str:
@@ -116,7 +127,7 @@ def run(config: DPOConfig) -> TrainResult:
     op.seed_everything(config.seed)
     samples = op.load_samples(config.train_file, config.max_train_samples)
     model, tokenizer = runtime.load_model_and_tokenizer(Path(config.model_path))
-    staging = runtime.prepare_output_dir(config.output_dir)
+    staging = prepare_output_dir(config.output_dir)
     if config.rejected_source == "policy":
         rejected = policy_rejections(model, tokenizer, samples, config.benchmark, config.policy_samples)
     else:
@@ -126,15 +137,7 @@ def run(config: DPOConfig) -> TrainResult:
     runtime.log(
         f"dpo: {len(rows)} pairs ({from_policy} rejected answers sampled from the policy), {config.max_steps} steps"
     )
-    eval_cfg = op.OnPolicyConfig(
-        model_path=config.model_path,
-        train_file=config.train_file,
-        output_dir=config.output_dir,
-        benchmark=config.benchmark,
-        eval_file=config.eval_file,
-        eval_samples=config.eval_samples,
-    )
-    eval_before = op.evaluate(model, tokenizer, eval_cfg)
+    eval_before = op.evaluate_on(model, tokenizer, config.eval_file, config.eval_samples, config.benchmark)
     args = TRLDPOConfig(
         **runtime.base_training_args(config, staging),
         beta=config.beta,
@@ -149,32 +152,31 @@ def run(config: DPOConfig) -> TrainResult:
         train_dataset=Dataset.from_list(rows),
         processing_class=tokenizer,
     )
-    trained, _ = runtime.plain_model(run.trainer.model)
-    eval_after = op.evaluate(trained, tokenizer, eval_cfg)
-    run.trainer.model = trained
-    result = run.finish("dpo", config, tokenizer)
-    trainer = run.trainer
-    margins = [float(e["rewards/margins"]) for e in trainer.state.log_history if "rewards/margins" in e]
-    extra = {
-        "pairs": float(len(rows)),
-        "rejected_from_policy": float(from_policy),
-        "reward_margin_first": margins[0] if margins else None,
-        "reward_margin_last": margins[-1] if margins else None,
-        "eval_accuracy_before": eval_before,
-        "eval_accuracy": eval_after,
-    }
-    result.extra.update({k: float(v) for k, v in extra.items() if v is not None})
-    result.lora_merged = config.lora
-    metrics_path = Path(config.output_dir) / runtime.METRICS_FILE
-    tmp = metrics_path.with_name(f".{metrics_path.name}.tmp")
-    tmp.write_text(json.dumps(result.model_dump(mode="json"), indent=2) + "\n")
-    os.replace(tmp, metrics_path)
-    return result
+    run.trainer.model, _ = plain_model(run.trainer.model)  # evaluate what is saved: LoRA merged
+    margins = [float(e["rewards/margins"]) for e in run.trainer.state.log_history if "rewards/margins" in e]
+    return finish_trl(
+        run,
+        "dpo",
+        config,
+        tokenizer,
+        eval_before=eval_before,
+        eval_after=op.evaluate_on(
+            run.trainer.model, tokenizer, config.eval_file, config.eval_samples, config.benchmark
+        ),
+        extra={
+            "pairs": float(len(rows)),
+            "rejected_from_policy": float(from_policy),
+            "reward_margin_first": margins[0] if margins else None,
+            "reward_margin_last": margins[-1] if margins else None,
+        },
+    )
 
 
-RECIPE = Recipe(
-    name="dpo",
-    description="Direct Preference Optimization (TRL DPOTrainer): reference answer over a wrong one.",
-    config_class=DPOConfig,
-    run=run,
+register_recipe(
+    Recipe(
+        name="dpo",
+        description="Direct Preference Optimization (TRL DPOTrainer): reference answer over a wrong one.",
+        config_class=DPOConfig,
+        run=run,
+    )
 )

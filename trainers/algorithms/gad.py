@@ -19,22 +19,32 @@ from transformers import AutoModelForSequenceClassification, PreTrainedModel, Pr
 
 from tasks import Sample
 from trainers import losses, runtime
-from trainers.algorithms import onpolicy as op
-from trainers.registry import Recipe
+from trainers import onpolicy as op
+from trainers.registry import Recipe, register_recipe
 from trainers.result import TrainResult
 
 
 class GADConfig(op.OnPolicyConfig):
     """Generator (student) and discriminator settings."""
 
-    learning_rate: float = 1e-4  # student
-    discriminator_learning_rate: float = 1e-4
-    discriminator_path: Path | None = None  # default: model_path (same family; a fresh scalar head is added)
-    teacher_file: Path | None = None  # teacher responses; default: train_file's reference answers
-    # SFT steps on teacher responses (and D steps) before the game
-    warmup_steps: int = Field(default=10, ge=0)
-    scale_rewards_by_std: bool = True  # GRPO (True) or Dr. GRPO (False) group normalisation
-    max_steps: int = 100
+    learning_rate: float = Field(default=1e-4, description="Learning rate of the student (the generator).")
+    discriminator_learning_rate: float = Field(
+        default=1e-4, description="Learning rate of the discriminator."
+    )
+    discriminator_path: Path | None = Field(
+        default=None, description="Discriminator backbone; None: model_path (a fresh scalar head is added)."
+    )
+    teacher_file: Path | None = Field(
+        default=None,
+        description="JSONL of teacher responses (prompt, answer); None: train_file's references.",
+    )
+    warmup_steps: int = Field(
+        default=10, ge=0, description="SFT steps on teacher responses (and D steps) before the game."
+    )
+    scale_rewards_by_std: bool = Field(
+        default=True, description="Group normalisation of D's scores: GRPO (true) or Dr. GRPO (false)."
+    )
+    max_steps: int = Field(default=100, description="Game steps after the warm-up.")
     per_device_train_batch_size: int = 32
 
 
@@ -105,15 +115,12 @@ def run(config: GADConfig) -> TrainResult:
     next_batch = op.batches(samples, prompts_per_step, config.seed)
     student_opt = op.optimizer_for(student, config.learning_rate)
     disc_opt = op.optimizer_for(discriminator, config.discriminator_learning_rate)
-    runtime.prepare_output_dir(config.output_dir)
-    eval_before = op.evaluate(student, tokenizer, config)
-
-    clock = op.Clock(config.max_seconds)
+    session = op.Session(config, student, tokenizer)
     history: list[dict[str, float]] = []
     tokens = 0
     total_steps = config.warmup_steps + config.max_steps
     for step_number in range(1, total_steps + 1):
-        if clock.expired():
+        if session.clock.expired():
             break
         warmup = step_number <= config.warmup_steps
         batch = next_batch()
@@ -128,23 +135,24 @@ def run(config: GADConfig) -> TrainResult:
         row: dict[str, float] = {"step": float(step_number), "warmup": float(warmup)}
         if warmup:
             loss = sft_loss(student, teacher_seq, teacher_attn, t_ids, t_mask)
+            op.step(student, student_opt, loss, config.max_grad_norm)
             row["sft_loss"] = float(loss.detach())
             tokens += int(teacher_attn.sum())
         else:
             with torch.no_grad():
                 rewards = score(discriminator, rollout.sequences, rollout.attention_mask)
             advantages = losses.group_advantages(rewards, group, scale_by_std=config.scale_rewards_by_std)
-            logits = op.completion_logits(
-                student, rollout.sequences, rollout.attention_mask, rollout.completion_ids.shape[1]
-            )
-            logprobs = op.token_logprobs(logits, rollout.completion_ids)
-            loss = losses.policy_gradient_loss(
-                logprobs, advantages, rollout.completion_mask, normaliser=float(len(repeated) * max_new)
+            pg_loss = op.policy_gradient_step(
+                student,
+                student_opt,
+                rollout,
+                advantages,
+                float(len(repeated) * max_new),
+                config.max_grad_norm,
             )
             row["student_reward"] = float(rewards.mean())
-            row["pg_loss"] = float(loss.detach())
+            row["pg_loss"] = pg_loss
             tokens += int(rollout.attention_mask.sum())
-        op.step(student, student_opt, loss, config.max_grad_norm)
 
         # Discriminator: the teacher's response should outscore each of the student's samples for its prompt.
         teacher_scores = score(discriminator, teacher_seq, teacher_attn).repeat_interleave(group)
@@ -152,40 +160,35 @@ def run(config: GADConfig) -> TrainResult:
         bt = losses.bradley_terry_loss(teacher_scores, student_scores)
         op.step(discriminator, disc_opt, bt, config.max_grad_norm)
         row["bt_loss"] = float(bt.detach())
-        row["seconds"] = clock.elapsed
+        row["seconds"] = session.clock.elapsed
         history.append(row)
-        if step_number % config.logging_steps == 0 or step_number == 1:
+        if session.log_due(step_number):
             runtime.log(
                 f"gad step {step_number}/{total_steps} "
                 + " ".join(f"{k} {v:.4g}" for k, v in row.items() if k != "step")
             )
 
     bt_values = [row["bt_loss"] for row in history]
-    return op.finish(
-        recipe="gad",
-        config=config,
-        model=student,
-        tokenizer=tokenizer,
-        history=history,
-        clock=clock,
-        samples_seen=len(history) * config.per_device_train_batch_size,
+    bt_ends = {
+        "bt_loss_first": bt_values[0] if bt_values else None,
+        "bt_loss_last": bt_values[-1] if bt_values else None,
+    }
+    return session.finish(
+        "gad",
+        history,
+        tokens=tokens,
         reward_key="student_reward",
         loss_key="pg_loss",
         planned_steps=total_steps,
-        extra={
-            "bt_loss_first": bt_values[0] if bt_values else None,
-            "bt_loss_last": bt_values[-1] if bt_values else None,
-            "train_tokens": tokens,
-            "tokens_per_second": tokens / max(clock.elapsed, 1e-9),
-            "eval_accuracy_before": eval_before,
-            "eval_accuracy": op.evaluate(student, tokenizer, config),
-        },
+        extra=bt_ends,
     )
 
 
-RECIPE = Recipe(
-    name="gad",
-    description="Generative adversarial distillation: PG on a Bradley-Terry discriminator's score, after SFT warm-up.",
-    config_class=GADConfig,
-    run=run,
+register_recipe(
+    Recipe(
+        name="gad",
+        description="Generative adversarial distillation: PG on a Bradley-Terry discriminator's score, after SFT warm-up.",
+        config_class=GADConfig,
+        run=run,
+    )
 )

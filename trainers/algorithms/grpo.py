@@ -10,17 +10,11 @@ from pydantic import Field, model_validator
 
 from trainers.config import TrainerConfig
 from trainers.data import prompt_answer_dataset
-from trainers.registry import Recipe
+from trainers.finish import finish_trl, prepare_output_dir
+from trainers.registry import Recipe, register_recipe
 from trainers.result import TrainerSetupError, TrainResult
 from trainers.rewards import reward_functions
-from trainers.runtime import (
-    base_training_args,
-    load_model_and_tokenizer,
-    log,
-    prepare_output_dir,
-    seed_everything,
-    train_trl,
-)
+from trainers.runtime import base_training_args, load_model_and_tokenizer, log, seed_everything, train_trl
 
 RewardKind = Literal["correct", "format"]
 
@@ -34,14 +28,24 @@ class GRPORecipeConfig(TrainerConfig):
     per_device_train_batch_size: int = 64
     logging_steps: int = 1
     num_generations: int = Field(default=8, ge=2, description="Completions sampled per prompt (the group).")
-    max_completion_length: int = Field(default=8, gt=0)
-    temperature: float = Field(default=1.0, gt=0.0)
+    max_completion_length: int = Field(default=8, gt=0, description="Most tokens sampled per completion.")
+    temperature: float = Field(default=1.0, gt=0.0, description="Sampling temperature of the rollouts.")
     beta: float = Field(default=0.0, ge=0.0, description="KL penalty to the starting model; 0 disables it.")
-    loss_type: Literal["grpo", "dr_grpo", "dapo"] = "dapo"
+    loss_type: Literal["grpo", "dr_grpo", "dapo"] = Field(
+        default="dapo",
+        description="TRL's loss normalisation: per sequence (grpo), by a constant (dr_grpo), by the batch's tokens (dapo).",
+    )
     num_iterations: int = Field(default=1, ge=1, description="Optimisation passes per generated batch.")
-    reward_functions: list[RewardKind] = Field(default_factory=lambda: list[RewardKind](["correct"]))
-    use_vllm: bool = False
-    torch_threads: int = Field(default=1, ge=1)
+    reward_functions: list[RewardKind] = Field(
+        default_factory=lambda: list[RewardKind](["correct"]),
+        description="Rewards summed per completion: the benchmark's answer check, and/or a format bonus (arith).",
+    )
+    use_vllm: bool = Field(
+        default=False, description="Generate with vLLM (needs the vllm package and a GPU)."
+    )
+    torch_threads: int = Field(
+        default=1, ge=1, description="CPU threads for torch; 1 is fastest for tiny models."
+    )
 
     @model_validator(mode="after")
     def _batch_holds_whole_groups(self) -> GRPORecipeConfig:
@@ -100,12 +104,14 @@ def run_grpo(config: GRPORecipeConfig) -> TrainResult:
         train_dataset=dataset,
         processing_class=tokenizer,
     )
-    return run.finish("grpo", config, tokenizer)
+    return finish_trl(run, "grpo", config, tokenizer)
 
 
-RECIPE = Recipe(
-    name="grpo",
-    description="Reinforcement learning with GRPO (TRL GRPOTrainer), rewarded by the benchmark's answer checker.",
-    config_class=GRPORecipeConfig,
-    run=run_grpo,
+register_recipe(
+    Recipe(
+        name="grpo",
+        description="Reinforcement learning with GRPO (TRL GRPOTrainer), rewarded by the benchmark's answer checker.",
+        config_class=GRPORecipeConfig,
+        run=run_grpo,
+    )
 )

@@ -24,14 +24,14 @@ from pydantic import Field
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from tasks import Sample, get_benchmark
+from trainers import onpolicy as op
 from trainers import runtime
-from trainers.algorithms import onpolicy as op
 from trainers.algorithms.coach import Coach
 from trainers.algorithms.opcd import OPCDConfig, distill
 from trainers.experience import render_context, write_experience
-from trainers.quick_eval import cut_at_stop
-from trainers.registry import Recipe
+from trainers.registry import Recipe, register_recipe
 from trainers.result import TrainResult
+from trainers.rewards import cut_at_stop
 
 DEFAULT_EXTRACTOR_PROMPT = (
     "Here are attempts at problems with the feedback each received. Write one short lesson per line that would "
@@ -42,14 +42,24 @@ DEFAULT_EXTRACTOR_PROMPT = (
 class OELConfig(OPCDConfig):
     """Round structure; `max_steps` is the number of OPCD consolidation steps per round."""
 
-    rounds: int = Field(default=3, ge=1)
-    episodes_per_round: int = Field(default=32, ge=1)
-    extractor: Literal["policy", "openai", "feedback"] = "feedback"
-    extractor_prompt: str = DEFAULT_EXTRACTOR_PROMPT
-    extractor_model: str = "gpt-4o-mini"  # for extractor="openai"
-    extractor_max_new_tokens: int = Field(default=64, ge=1)  # for extractor="policy"
-    max_experience_items: int = Field(default=16, ge=1)
-    max_steps: int = 30
+    rounds: int = Field(default=3, ge=1, description="Rounds of play, extract, consolidate, evaluate.")
+    episodes_per_round: int = Field(default=32, ge=1, description="Prompts the policy answers each round.")
+    extractor: Literal["policy", "openai", "feedback"] = Field(
+        default="feedback",
+        description="Who writes experience: the policy itself, an OpenAI-compatible endpoint, or the feedback.",
+    )
+    extractor_prompt: str = Field(
+        default=DEFAULT_EXTRACTOR_PROMPT,
+        description="Instruction before the transcripts (policy and openai).",
+    )
+    extractor_model: str = Field(default="gpt-4o-mini", description='Endpoint model for extractor="openai".')
+    extractor_max_new_tokens: int = Field(
+        default=64, ge=1, description='Most tokens of lessons the policy writes (extractor="policy").'
+    )
+    max_experience_items: int = Field(
+        default=16, ge=1, description="Experience items kept (the most recent)."
+    )
+    max_steps: int = Field(default=30, description="OPCD consolidation steps per round.")
 
 
 class Episode:
@@ -152,16 +162,14 @@ def run(config: OELConfig) -> TrainResult:
     op.seed_everything(config.seed)
     samples = op.load_samples(config.train_file, config.max_train_samples)
     policy, tokenizer = op.load_policy(config)
-    runtime.prepare_output_dir(config.output_dir)
     episodes_stream = op.batches(samples, config.episodes_per_round, config.seed + 1)
     max_new = op.new_tokens_budget(config)
-    clock = op.Clock(config.max_seconds)
+    session = op.Session(config, policy, tokenizer)
     experience: list[str] = []
     rounds: list[dict[str, Any]] = []
     tokens = 0
-    eval_before = op.evaluate(policy, tokenizer, config)
     for round_number in range(1, config.rounds + 1):
-        if clock.expired():
+        if session.clock.expired():
             break
         episodes = play(policy, tokenizer, episodes_stream(), config)
         if config.extractor == "feedback":
@@ -191,7 +199,7 @@ def run(config: OELConfig) -> TrainResult:
                 deploy_states,
                 render_context(config.context, experience),
                 round_config,
-                clock=clock,
+                clock=session.clock,
                 log=functools.partial(_log_step, round_number),
             )
             tokens += used
@@ -209,33 +217,24 @@ def run(config: OELConfig) -> TrainResult:
         )
 
     write_experience(config.output_dir / "experience.json", experience)
-    final_eval = rounds[-1]["eval_accuracy"] if rounds else eval_before
-    total_steps = sum(int(r.get("steps", 0)) for r in rounds)
-    return op.finish(
-        recipe="oel",
-        config=config,
-        model=policy,
-        tokenizer=tokenizer,
-        history=rounds,
-        clock=clock,
-        samples_seen=total_steps * config.per_device_train_batch_size,
+    return session.finish(
+        "oel",
+        rounds,
+        tokens=tokens,
         reward_key="episode_reward",
         loss_key="kl_end",
+        steps=sum(int(r.get("steps", 0)) for r in rounds),
         planned_steps=config.rounds * config.max_steps,
-        steps=total_steps,
-        extra={
-            "rounds": len(rounds),
-            "experience_items": len(experience),
-            "train_tokens": tokens,
-            "eval_accuracy_before": eval_before,
-            "eval_accuracy": final_eval,
-        },
+        eval_after=rounds[-1]["eval_accuracy"] if rounds else session.eval_before,
+        extra={"rounds": len(rounds), "experience_items": len(experience)},
     )
 
 
-RECIPE = Recipe(
-    name="oel",
-    description="Online experiential learning: rounds of play, experience extraction and OPCD consolidation.",
-    config_class=OELConfig,
-    run=run,
+register_recipe(
+    Recipe(
+        name="oel",
+        description="Online experiential learning: rounds of play, experience extraction and OPCD consolidation.",
+        config_class=OELConfig,
+        run=run,
+    )
 )

@@ -19,20 +19,28 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from tasks import Sample
 from trainers import losses, runtime
-from trainers.algorithms import onpolicy as op
+from trainers import onpolicy as op
 from trainers.experience import load_context
-from trainers.registry import Recipe
+from trainers.registry import Recipe, register_recipe
 from trainers.result import TrainResult
 
 
 class OPCDConfig(op.OnPolicyConfig):
     """Context to distil, and the KL's shape."""
 
-    context: str | None = None  # inline system prompt
-    context_file: Path | None = None  # experience list (.json/.jsonl) or system-prompt text file
-    teacher_path: Path | None = None  # default: model_path (the frozen start model)
-    top_k: int = Field(default=256, ge=1)
-    renormalise: bool = False
+    context: str | None = Field(
+        default=None, description="Inline system prompt the teacher reads (and the student must internalise)."
+    )
+    context_file: Path | None = Field(
+        default=None, description="Experience list (.json/.jsonl) or system-prompt text file for the teacher."
+    )
+    teacher_path: Path | None = Field(
+        default=None, description="Frozen teacher checkpoint; None: model_path (the start model)."
+    )
+    top_k: int = Field(default=256, ge=1, description="Student tokens per position the reverse KL sums over.")
+    renormalise: bool = Field(
+        default=False, description="Renormalise both distributions over the top-k before the KL."
+    )
     learning_rate: float = 1e-4
     max_steps: int = 100
     num_generations: int = 1
@@ -162,46 +170,48 @@ def distill(
     return history, tokens
 
 
+def distill_and_finish(
+    recipe: str,
+    session: op.Session[OPCDConfig],
+    teacher: PreTrainedModel,
+    samples: Sequence[Sample],
+    context: str,
+    *,
+    on_policy: bool = True,
+    label: str | None = None,
+    extra: dict[str, float | None] | None = None,
+) -> TrainResult:
+    """`distill` on the session's policy, then its metrics.json: the KL is the loss, kl_first/kl_last its ends."""
+    config = session.config
+    label = label or recipe
+    history, tokens = distill(
+        session.model,
+        teacher,
+        session.tokenizer,
+        samples,
+        context,
+        config,
+        on_policy=on_policy,
+        clock=session.clock,
+        log=lambda row: runtime.log(f"{label} step {int(row['step'])}/{config.max_steps} kl {row['kl']:.4g}"),
+    )
+    kl_ends = {
+        "kl_first": history[0]["kl"] if history else None,
+        "kl_last": history[-1]["kl"] if history else None,
+    }
+    return session.finish(recipe, history, tokens=tokens, loss_key="kl", extra={**(extra or {}), **kl_ends})
+
+
 def _run(config: OPCDConfig, *, on_policy: bool) -> TrainResult:
-    name = "opcd" if on_policy else "opcd_offpolicy"
     config.prompts_per_step()
     op.seed_everything(config.seed)
     context = load_context(config.context, config.context_file)
     samples = op.load_samples(config.train_file, config.max_train_samples)
     student, tokenizer = op.load_policy(config)
     teacher = op.load_frozen(config.teacher_path or config.model_path)
-    runtime.prepare_output_dir(config.output_dir)
-    eval_before = op.evaluate(student, tokenizer, config)
-    clock = op.Clock(config.max_seconds)
-    history, tokens = distill(
-        student,
-        teacher,
-        tokenizer,
-        samples,
-        context,
-        config,
-        on_policy=on_policy,
-        clock=clock,
-        log=lambda row: runtime.log(f"{name} step {int(row['step'])}/{config.max_steps} kl {row['kl']:.4g}"),
-    )
-    return op.finish(
-        recipe=name,
-        config=config,
-        model=student,
-        tokenizer=tokenizer,
-        history=history,
-        clock=clock,
-        samples_seen=len(history) * config.per_device_train_batch_size,
-        loss_key="kl",
-        extra={
-            "kl_first": history[0]["kl"] if history else None,
-            "kl_last": history[-1]["kl"] if history else None,
-            "train_tokens": tokens,
-            "tokens_per_second": tokens / max(clock.elapsed, 1e-9),
-            "eval_accuracy_before": eval_before,
-            "eval_accuracy": op.evaluate(student, tokenizer, config),
-        },
-    )
+    session = op.Session(config, student, tokenizer)
+    name = "opcd" if on_policy else "opcd_offpolicy"
+    return distill_and_finish(name, session, teacher, samples, context, on_policy=on_policy)
 
 
 def run(config: OPCDConfig) -> TrainResult:
@@ -214,9 +224,19 @@ def run_offpolicy(config: OPCDOffPolicyConfig) -> TrainResult:
     return _run(config, on_policy=False)
 
 
-RECIPE = Recipe(
-    name="opcd",
-    description="On-policy context distillation: top-k reverse KL to the start model reading the context.",
-    config_class=OPCDConfig,
-    run=run,
+register_recipe(
+    Recipe(
+        name="opcd",
+        description="On-policy context distillation: top-k reverse KL to the start model reading the context.",
+        config_class=OPCDConfig,
+        run=run,
+    )
+)
+register_recipe(
+    Recipe(
+        name="opcd_offpolicy",
+        description="Off-policy context distillation baseline: forward KL on teacher-generated sequences.",
+        config_class=OPCDOffPolicyConfig,
+        run=run_offpolicy,
+    )
 )

@@ -9,10 +9,11 @@ importance ratio is 1 and no clipping or KL penalty is needed).
 from __future__ import annotations
 
 import torch
+from pydantic import Field
 
 from trainers import losses, runtime
-from trainers.algorithms import onpolicy as op
-from trainers.registry import Recipe
+from trainers import onpolicy as op
+from trainers.registry import Recipe, register_recipe
 from trainers.result import TrainResult
 
 
@@ -22,7 +23,10 @@ class OPOConfig(op.OnPolicyConfig):
     learning_rate: float = 1e-4
     max_steps: int = 100
     per_device_train_batch_size: int = 64  # completions per step (prompts x num_generations)
-    constant_normaliser: bool = True  # divide by B * max_new_tokens (Dr. GRPO) instead of the token count
+    constant_normaliser: bool = Field(
+        default=True,
+        description="Divide the loss by B * max_new_tokens (Dr. GRPO) instead of the token count.",
+    )
 
 
 def run(config: OPOConfig) -> TrainResult:
@@ -32,18 +36,14 @@ def run(config: OPOConfig) -> TrainResult:
     samples = op.load_samples(config.train_file, config.max_train_samples)
     model, tokenizer = op.load_policy(config)
     reward_fn = op.benchmark_reward(config.benchmark)
-    runtime.prepare_output_dir(config.output_dir)
     max_new = op.new_tokens_budget(config)
     next_batch = op.batches(samples, prompts_per_step, config.seed)
     optimizer = op.optimizer_for(model, config.learning_rate)
-    eval_before = op.evaluate(model, tokenizer, config)
-
-    clock = op.Clock(config.max_seconds)
+    session = op.Session(config, model, tokenizer)
     history: list[dict[str, float]] = []
     tokens = 0
-    steps_done = 0
     for step_number in range(1, config.max_steps + 1):
-        if clock.expired():
+        if session.clock.expired():
             break
         batch = [s for s in next_batch() for _ in range(config.num_generations)]
         rollout = op.sample(
@@ -55,51 +55,31 @@ def run(config: OPOConfig) -> TrainResult:
         )
         rewards = torch.tensor(reward_fn(rollout.texts, batch))
         advantages = losses.opo_advantages(rewards, rollout.lengths, config.num_generations)
-        logits = op.completion_logits(
-            model, rollout.sequences, rollout.attention_mask, rollout.completion_ids.shape[1]
-        )
-        logprobs = op.token_logprobs(logits, rollout.completion_ids)
         normaliser = float(len(batch) * max_new) if config.constant_normaliser else None
-        loss = losses.policy_gradient_loss(
-            logprobs, advantages, rollout.completion_mask, normaliser=normaliser
+        loss = op.policy_gradient_step(
+            model, optimizer, rollout, advantages, normaliser, config.max_grad_norm
         )
-        op.step(model, optimizer, loss, config.max_grad_norm)
         tokens += int(rollout.attention_mask.sum())
-        steps_done = step_number
         row = {
             "step": float(step_number),
             "reward": float(rewards.mean()),
-            "loss": float(loss.detach()),
+            "loss": loss,
             "completion_length": float(rollout.lengths.float().mean()),
-            "seconds": clock.elapsed,
+            "seconds": session.clock.elapsed,
         }
         history.append(row)
-        if step_number % config.logging_steps == 0 or step_number == 1:
+        if session.log_due(step_number):
             runtime.log(
-                f"opo step {step_number}/{config.max_steps} reward {row['reward']:.4g} loss {row['loss']:.4g}"
+                f"opo step {step_number}/{config.max_steps} reward {row['reward']:.4g} loss {loss:.4g}"
             )
+    return session.finish("opo", history, tokens=tokens, reward_key="reward")
 
-    return op.finish(
-        recipe="opo",
-        config=config,
-        model=model,
-        tokenizer=tokenizer,
-        history=history,
-        clock=clock,
-        samples_seen=steps_done * config.per_device_train_batch_size,
-        reward_key="reward",
-        extra={
-            "train_tokens": tokens,
-            "tokens_per_second": tokens / max(clock.elapsed, 1e-9),
-            "eval_accuracy_before": eval_before,
-            "eval_accuracy": op.evaluate(model, tokenizer, config),
-        },
+
+register_recipe(
+    Recipe(
+        name="opo",
+        description="Exactly on-policy RL with OPO's length-weighted optimal baseline (arXiv 2505.23585).",
+        config_class=OPOConfig,
+        run=run,
     )
-
-
-RECIPE = Recipe(
-    name="opo",
-    description="Exactly on-policy RL with OPO's length-weighted optimal baseline (arXiv 2505.23585).",
-    config_class=OPOConfig,
-    run=run,
 )

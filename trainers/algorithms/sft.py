@@ -9,16 +9,10 @@ from pydantic import Field
 
 from trainers.config import TrainerConfig
 from trainers.data import prompt_completion_dataset
-from trainers.registry import Recipe
+from trainers.finish import finish_trl, prepare_output_dir
+from trainers.registry import Recipe, register_recipe
 from trainers.result import TrainResult
-from trainers.runtime import (
-    base_training_args,
-    load_model_and_tokenizer,
-    log,
-    prepare_output_dir,
-    seed_everything,
-    train_trl,
-)
+from trainers.runtime import base_training_args, load_model_and_tokenizer, log, seed_everything, train_trl
 
 
 class SFTRecipeConfig(TrainerConfig):
@@ -32,12 +26,14 @@ class SFTRecipeConfig(TrainerConfig):
         ge=0,
         description="Linear warm-up steps (absolute, so time-boxed trials with a huge max_steps warm up too).",
     )
-    lr_scheduler_type: Literal["linear", "cosine", "constant", "constant_with_warmup"] = (
-        "constant_with_warmup"
+    lr_scheduler_type: Literal["linear", "cosine", "constant", "constant_with_warmup"] = Field(
+        default="constant_with_warmup", description="Learning-rate schedule after the warm-up."
     )
-    weight_decay: float = Field(default=0.0, ge=0.0)
+    weight_decay: float = Field(default=0.0, ge=0.0, description="AdamW weight decay.")
     max_length: int = Field(default=256, gt=0, description="Longer prompt+answer sequences are truncated.")
-    completion_only_loss: bool = True
+    completion_only_loss: bool = Field(
+        default=True, description="Loss on the answer tokens only (false: on the prompt too)."
+    )
     torch_threads: int = Field(
         default=1, ge=1, description="CPU threads for torch; 1 is fastest for tiny models."
     )
@@ -66,12 +62,14 @@ def run_sft(config: SFTRecipeConfig) -> TrainResult:
     run = train_trl(
         SFTTrainer, config, model=model, args=args, train_dataset=dataset, processing_class=tokenizer
     )
-    return run.finish("sft", config, tokenizer)
+    return finish_trl(run, "sft", config, tokenizer)
 
 
-RECIPE = Recipe(
-    name="sft",
-    description="Supervised fine-tuning on prompt/answer pairs (TRL SFTTrainer, loss on the answer only).",
-    config_class=SFTRecipeConfig,
-    run=run_sft,
+register_recipe(
+    Recipe(
+        name="sft",
+        description="Supervised fine-tuning on prompt/answer pairs (TRL SFTTrainer, loss on the answer only).",
+        config_class=SFTRecipeConfig,
+        run=run_sft,
+    )
 )

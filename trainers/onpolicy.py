@@ -1,32 +1,33 @@
-"""The plumbing the hand-written recipes (OPO, OPCD, GAD, coach, OEL) share: load, sample, score, save.
+"""The plumbing the hand-written recipes (OPO, OPCD, GAD, coach, OEL) share: load, sample, score, evaluate, finish.
 
-Kept as small functions over plain tensors so each recipe file reads as its paper's loop and nothing else.
+Kept as small functions over plain tensors so each recipe file reads as its paper's loop and nothing else; a
+`Session` holds what every such run reports (the clock, the evaluation before and after) and ends it through the
+one finish path, `trainers.finish.finish_run`.
 A rollout is left-padded prompts followed by the sampled completion, so the completion occupies the same last
 T columns whatever prompt (with or without context) it is re-scored under.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import random
-import shutil
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, Literal, TypeVar
 
 import torch
 from pydantic import Field, model_validator
 from transformers import AutoModelForCausalLM, PreTrainedModel, PreTrainedTokenizerBase
 
 from tasks import Sample, get_benchmark
-from trainers import runtime
+from trainers import losses, runtime
 from trainers.config import TrainerConfig
 from trainers.data import read_jsonl
-from trainers.quick_eval import accuracy, cut_at_stop
+from trainers.finish import finish_run, prepare_output_dir
+from trainers.quick_eval import accuracy
 from trainers.result import TrainResult
+from trainers.rewards import cut_at_stop
 
 RewardFn = Callable[[Sequence[str], Sequence[Sample]], list[float]]
 
@@ -35,12 +36,22 @@ class OnPolicyConfig(TrainerConfig):
     """Fields of every recipe that samples from its own policy. `per_device_train_batch_size` counts completions
     per step and must be a multiple of `num_generations` (as TRL's GRPO)."""
 
-    num_generations: int = Field(default=8, ge=1)
-    max_new_tokens: int | None = Field(default=None, ge=1)  # default: the benchmark's evaluation budget
-    temperature: float = Field(default=1.0, gt=0)
-    max_grad_norm: float = Field(default=1.0, gt=0)
-    eval_file: Path | None = None  # JSONL scored greedily before and after training (metrics.json)
-    eval_samples: int = Field(default=200, ge=1)
+    per_device_train_batch_size: int = Field(
+        default=32, description="Completions per optimizer step: prompts per step x num_generations."
+    )
+    num_generations: int = Field(default=8, ge=1, description="Completions sampled per prompt (the group).")
+    max_new_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        description="Most tokens sampled per completion; None: the benchmark's eval budget.",
+    )
+    temperature: float = Field(default=1.0, gt=0, description="Sampling temperature of the rollouts.")
+    max_grad_norm: float = Field(default=1.0, gt=0, description="Gradient norm clip before each step.")
+    eval_file: Path | None = Field(
+        default=None,
+        description="JSONL scored greedily before and after training (eval_accuracy in metrics.json).",
+    )
+    eval_samples: int = Field(default=200, ge=1, description="How many samples of eval_file are scored.")
 
     @model_validator(mode="after")
     def _batch_holds_whole_groups(self) -> OnPolicyConfig:
@@ -227,6 +238,29 @@ def step(
     optimizer.step()
 
 
+def policy_gradient_step(
+    model: PreTrainedModel,
+    optimizer: torch.optim.Optimizer,
+    rollout: Rollout,
+    advantages: torch.Tensor,
+    normaliser: float | None,
+    max_grad_norm: float,
+) -> float:
+    """One exactly on-policy step on `rollout`: the policy-gradient loss of `advantages` over the completion
+    tokens (`losses.policy_gradient_loss`), backward, clip, step. Returns the loss."""
+    logits = completion_logits(
+        model, rollout.sequences, rollout.attention_mask, rollout.completion_ids.shape[1]
+    )
+    loss = losses.policy_gradient_loss(
+        token_logprobs(logits, rollout.completion_ids),
+        advantages,
+        rollout.completion_mask,
+        normaliser=normaliser,
+    )
+    step(model, optimizer, loss, max_grad_norm)
+    return float(loss.detach())
+
+
 class Clock:
     """Training-time budget: `expired()` once `max_seconds` of wall time have passed (None = never)."""
 
@@ -263,77 +297,83 @@ def evaluate(
     model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, config: OnPolicyConfig
 ) -> float | None:
     """Greedy accuracy on the first `eval_samples` of `eval_file`; None when no eval file is configured."""
-    if config.eval_file is None:
+    return evaluate_on(model, tokenizer, config.eval_file, config.eval_samples, config.benchmark)
+
+
+def evaluate_on(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    eval_file: Path | None,
+    eval_samples: int,
+    benchmark: str,
+) -> float | None:
+    """Greedy accuracy on the first `eval_samples` of `eval_file` under `benchmark`'s scorer; None without a file
+    (the `eval_accuracy_before` / `eval_accuracy` figures of metrics.json, for every recipe that has an eval_file)."""
+    if eval_file is None:
         return None
-    samples = load_samples(config.eval_file, config.eval_samples)
-    return accuracy(model, tokenizer, samples, get_benchmark(config.benchmark))
+    samples = load_samples(eval_file, eval_samples)
+    return accuracy(model, tokenizer, samples, get_benchmark(benchmark))
 
 
 def mean(values: Sequence[float]) -> float:
     return float(sum(values) / len(values)) if values else float("nan")
 
 
-def _write_json_atomically(path: Path, payload: Any) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(payload, indent=2, default=str) + "\n")
-    os.replace(tmp, path)
+ConfigT = TypeVar("ConfigT", bound=OnPolicyConfig)
 
 
-def _window(values: Sequence[float], *, last: bool, size: int = 5) -> float | None:
-    if not values:
-        return None
-    part = values[-size:] if last else values[:size]
-    return float(sum(part) / len(part))
+class Session(Generic[ConfigT]):
+    """One hand-written run from its output folder to its metrics.json: the policy, the training clock and the
+    evaluation before training. Starting one clears a stale metrics.json and scores the start policy on `eval_file`;
+    the clock starts after that, so `train_seconds` counts training only."""
 
+    def __init__(self, config: ConfigT, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> None:
+        self.config = config
+        self.model = model
+        self.tokenizer = tokenizer
+        prepare_output_dir(Path(config.output_dir))
+        self.eval_before = evaluate(model, tokenizer, config)
+        self.clock = Clock(config.max_seconds)
 
-def finish(
-    *,
-    recipe: str,
-    config: TrainerConfig,
-    model: PreTrainedModel,
-    tokenizer: PreTrainedTokenizerBase,
-    history: Sequence[dict[str, Any]],
-    clock: Clock,
-    samples_seen: int,
-    reward_key: str | None = None,
-    loss_key: str = "loss",
-    extra: dict[str, float | None] | None = None,
-    planned_steps: int | None = None,
-    steps: int | None = None,
-) -> TrainResult:
-    """Save the checkpoint (LoRA merged), log_history.jsonl and, last, metrics.json (trainers.runtime's layout).
+    def log_due(self, step_number: int) -> bool:
+        """Whether step `step_number` gets a progress line (the first, then every `logging_steps`)."""
+        return step_number % self.config.logging_steps == 0 or step_number == 1
 
-    Call `runtime.prepare_output_dir(config.output_dir)` before training, so a stale metrics.json is gone while
-    the run is in progress. Reward windows are the means of the first and last five logged steps.
-    """
-    output_dir = Path(config.output_dir)
-    plain, merged = runtime.plain_model(model)
-    runtime.save_checkpoint(plain.to("cpu"), tokenizer, output_dir)  # type: ignore[arg-type]
-    lines = "".join(json.dumps(row, default=str) + "\n" for row in history)
-    tmp = output_dir / f".{runtime.LOG_HISTORY_FILE}.tmp"
-    tmp.write_text(lines)
-    os.replace(tmp, output_dir / runtime.LOG_HISTORY_FILE)
-    rewards = [
-        float(r[reward_key]) for r in history if reward_key and isinstance(r.get(reward_key), int | float)
-    ]
-    train_losses = [float(r[loss_key]) for r in history if isinstance(r.get(loss_key), int | float)]
-    seconds = clock.elapsed
-    steps = len(history) if steps is None else steps
-    result = TrainResult(
-        recipe=recipe,
-        output_dir=output_dir,
-        train_loss=mean(train_losses) if train_losses else None,
-        steps=steps,
-        train_seconds=round(seconds, 3),
-        samples_per_second=round(samples_seen / seconds, 3) if seconds > 0 else None,
-        reward_mean=_window(rewards, last=True),
-        reward_first=_window(rewards, last=False),
-        stopped_early=clock.expired()
-        and steps < (planned_steps if planned_steps is not None else config.max_steps),
-        lora_merged=merged,
-        extra={k: float(v) for k, v in (extra or {}).items() if v is not None},
-    )
-    shutil.rmtree(output_dir / runtime.STAGING_DIR, ignore_errors=True)
-    _write_json_atomically(output_dir / runtime.METRICS_FILE, result.model_dump(mode="json"))
-    runtime.log(f"{recipe}: done, {steps} steps in {seconds:.1f}s; checkpoint in {output_dir}")
-    return result
+    def finish(
+        self,
+        recipe: str,
+        history: Sequence[Mapping[str, Any]],
+        *,
+        tokens: int,
+        reward_key: str | None = None,
+        loss_key: str = "loss",
+        steps: int | None = None,
+        planned_steps: int | None = None,
+        eval_after: float | None | Literal["now"] = "now",
+        extra: Mapping[str, float | None] | None = None,
+    ) -> TrainResult:
+        """Evaluate the trained policy (unless `eval_after` is given) and save it all (`finish_run`). `history` has
+        one row per step unless `steps` says otherwise; `planned_steps` defaults to `max_steps`."""
+        train_seconds = self.clock.elapsed
+        steps = len(history) if steps is None else steps
+        planned = self.config.max_steps if planned_steps is None else planned_steps
+        losses = [float(r[loss_key]) for r in history if isinstance(r.get(loss_key), int | float)]
+        return finish_run(
+            recipe=recipe,
+            config=self.config,
+            model=self.model,
+            tokenizer=self.tokenizer,
+            history=history,
+            train_seconds=train_seconds,
+            steps=steps,
+            samples_seen=steps * self.config.per_device_train_batch_size,
+            stopped_early=self.clock.expired() and steps < planned,
+            train_loss=mean(losses) if losses else None,
+            reward_key=reward_key,
+            train_tokens=tokens,
+            eval_before=self.eval_before,
+            eval_after=evaluate(self.model, self.tokenizer, self.config)
+            if eval_after == "now"
+            else eval_after,
+            extra=extra,
+        )
