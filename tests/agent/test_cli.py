@@ -1,0 +1,39 @@
+"""`rlloop` names what its registries hold: `--sandbox` / `--proposer` help lists the registered names, and
+`rlloop sandbox list` shows every backend `--sandbox` accepts, plugins included, and plugins that failed to load."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from typer.testing import CliRunner
+
+from agent.cli import app
+from agent.proposers import PROPOSERS
+from sandbox.registry import SANDBOXES
+
+
+@pytest.fixture()
+def plugin_sandbox() -> Iterator[str]:
+    SANDBOXES.register("test-plugin-box", lambda **opts: None, origin="tests.agent.test_cli")  # type: ignore[arg-type,return-value]
+    yield "test-plugin-box"
+    SANDBOXES.unregister("test-plugin-box")
+
+
+def test_run_help_lists_the_registered_sandboxes_and_proposers() -> None:
+    result = CliRunner().invoke(app, ["run", "--help"], env={"COLUMNS": "400"})
+    assert result.exit_code == 0, result.output
+    for name in [*SANDBOXES.names(), *PROPOSERS.names()]:
+        assert name in result.output
+    assert "rlloop sandbox list" in result.output
+    assert "auto, local, docker or ray" not in result.output
+
+
+def test_sandbox_list_shows_builtins_plugins_and_problems(plugin_sandbox: str) -> None:
+    result = CliRunner().invoke(app, ["sandbox", "list"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    for name in ["auto", "local", "docker", "ray", plugin_sandbox]:
+        assert name in result.output
+    assert "tests.agent.test_cli" in result.output
+    for problem in SANDBOXES.problems():
+        assert problem[:40] in result.output
