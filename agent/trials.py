@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shutil
+import site
 import sys
 import time
 from pathlib import Path
@@ -141,6 +143,23 @@ def prepare_trial(
     return [python, "-m", "trainers", proposal.recipe, "--config", str(trial_dir / "config.json")]
 
 
+def plugin_mounts(command: list[str]) -> tuple[list[Mount], list[str]]:
+    """A recipe plugin outside this interpreter's environment (on PYTHONPATH, say) is invisible to a trial, whose
+    environment is scrubbed and whose view holds only the Python roots: mount its package and metadata read-only
+    and return the folders to put on the trial's PYTHONPATH. Nothing for built-ins or plugins installed here."""
+    if command[1:3] != ["-m", "trainers"] or len(command) < 4:
+        return [], []
+    from trainers.registry import plugin_files
+
+    try:
+        files = plugin_files(command[3])
+    except KeyError:
+        return [], []
+    roots = [Path(p).resolve() for p in (sys.prefix, sys.base_prefix, site.getusersitepackages())]
+    outside = [f for f in files if not any(f.is_relative_to(root) for root in roots)]
+    return [Mount(source=f) for f in outside], list(dict.fromkeys(str(f.parent) for f in outside))
+
+
 def sandbox_request(
     command: list[str],
     *,
@@ -153,6 +172,7 @@ def sandbox_request(
     model_path: Path,
 ) -> SandboxRequest:
     trial_dir = paths.trial_dir(trial_id)
+    plugins, pythonpath = plugin_mounts(command)
     return SandboxRequest(
         command=command,
         workspace=paths.workspace,
@@ -166,8 +186,9 @@ def sandbox_request(
             "DATA_PATH": str(paths.data_dir),
             "OUTPUT_DIR": str(trial_dir / "output"),
             "TRIAL_DIR": str(trial_dir),
+            **({"PYTHONPATH": os.pathsep.join(pythonpath)} if pythonpath else {}),
         },
-        mounts=[Mount(source=base_model, read_only=True)],
+        mounts=[Mount(source=base_model, read_only=True), *plugins],
         labels={"rlloop.run": paths.run_id, "rlloop.trial": trial_id},
     )
 
