@@ -1,12 +1,15 @@
 """Validate a recipe's inputs before any GPU time is spent: experience lists, system prompts and data roots.
 
 Every problem is reported (not just the first), each with its file and, where it has one, its line, so a person
-can fix a file in one pass. Nothing here loads a model or a tokenizer.
+can fix a file in one pass. Warnings are what is likely but not certainly wrong (a system prompt that does not read
+like its prompt type, an unfilled template marker, no validation split); `--strict` makes them problems. Nothing
+here loads a model or a tokenizer.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -15,6 +18,13 @@ from pydantic import BaseModel, Field
 REQUIRED_FIELDS = ("prompt", "answer")
 VERL_PARQUET_COLUMNS = ("data_source", "prompt", "reward_model")
 MAX_SYSTEM_PROMPT_CHARS = 200_000
+MIN_SYSTEM_PROMPT_CHARS = 20
+# the system prompts OPCD distils, and words a prompt of that type is expected to use (any one will do)
+PROMPT_TYPES: dict[str, tuple[str, ...]] = {
+    "safety": ("safe", "harm", "refus", "danger", "ethic", "illegal"),
+    "medmcqa": ("medic", "clinic", "patient", "diagnos", "health", "doctor"),
+}
+_UNFILLED = re.compile(r"\{\{[^}]*\}\}|<[A-Z][A-Z0-9_]*>|\bTODO\b|\bTBD\b")
 
 
 class Problem(BaseModel):
@@ -30,6 +40,7 @@ class Problem(BaseModel):
 class Report(BaseModel):
     checked: list[str] = Field(default_factory=list)
     problems: list[Problem] = Field(default_factory=list)
+    warnings: list[Problem] = Field(default_factory=list)  # problems only under --strict
 
     @property
     def ok(self) -> bool:
@@ -132,6 +143,46 @@ def check_system_prompt(path: Path) -> list[Problem]:
     return problems
 
 
+def system_prompt_warnings(path: Path, prompt_type: str | None = None) -> list[Problem]:
+    """What is likely wrong with a readable system prompt: too short, unfilled template markers, or (with
+    `prompt_type`) a text or file name that does not match the type."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return []  # check_system_prompt reports it
+    if not text.strip():
+        return []
+    warnings = []
+    if len(text.strip()) < MIN_SYSTEM_PROMPT_CHARS:
+        warnings.append(
+            Problem(file=str(path), message=f"system prompt is only {len(text.strip())} characters")
+        )
+    for number, line in enumerate(text.splitlines(), start=1):
+        for marker in _UNFILLED.findall(line):
+            warnings.append(
+                Problem(file=str(path), line=number, message=f"unfilled template marker {marker}")
+            )
+    if prompt_type is not None:
+        words = PROMPT_TYPES[prompt_type]
+        if not any(w in text.lower() for w in words):
+            warnings.append(
+                Problem(
+                    file=str(path),
+                    message=f"prompt type {prompt_type!r}, but the text mentions none of: {', '.join(words)}",
+                )
+            )
+        others = [t for t in PROMPT_TYPES if t != prompt_type and t in path.stem.lower()]
+        if others:
+            warnings.append(
+                Problem(
+                    file=str(path),
+                    message=f"prompt type {prompt_type!r}, but the file is named for {others[0]}",
+                )
+            )
+    return warnings
+
+
 def check_jsonl(path: Path, required: Iterable[str] = REQUIRED_FIELDS) -> list[Problem]:
     """Every line a JSON object with non-empty string `required` fields; ids, when present, unique."""
     path = Path(path)
@@ -219,10 +270,28 @@ def check_data_root(root: Path) -> list[Problem]:
     return problems
 
 
+def data_root_warnings(root: Path) -> list[Problem]:
+    """A root without a validation split: the plans' data.val_files would not exist."""
+    root = Path(root)
+    if not root.is_dir() or any((root / n).is_file() for n in ("valid.jsonl", "valid.parquet")):
+        return []
+    return [
+        Problem(
+            file=str(root / "valid.parquet"), message="no valid.jsonl or valid.parquet (validation split)"
+        )
+    ]
+
+
 def check_inputs(
-    experience: Iterable[Path] = (), system_prompts: Iterable[Path] = (), data_roots: Iterable[Path] = ()
+    experience: Iterable[Path] = (),
+    system_prompts: Iterable[Path] = (),
+    data_roots: Iterable[Path] = (),
+    *,
+    prompt_type: str | None = None,
 ) -> Report:
-    """Check everything given; the report lists what was checked and every problem found."""
+    """Check everything given; the report lists what was checked, every problem and every warning found."""
+    if prompt_type is not None and prompt_type not in PROMPT_TYPES:
+        raise ValueError(f"unknown prompt type {prompt_type!r}; choose one of {', '.join(PROMPT_TYPES)}")
     report = Report()
     for path in experience:
         report.checked.append(str(path))
@@ -230,7 +299,9 @@ def check_inputs(
     for path in system_prompts:
         report.checked.append(str(path))
         report.problems += check_system_prompt(Path(path))
+        report.warnings += system_prompt_warnings(Path(path), prompt_type)
     for path in data_roots:
         report.checked.append(str(path))
         report.problems += check_data_root(Path(path))
+        report.warnings += data_root_warnings(Path(path))
     return report

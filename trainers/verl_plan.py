@@ -8,22 +8,41 @@ verl has GRPO and OPO advantage estimators; the distillation families (OPCD, OEL
 reward, the coach's reward) need extension modules, which are named as prerequisites rather than hidden.
 
 Each family is one builder registered in `FAMILIES` (`trainers.verl_families` holds the built-ins); this module
-validates the inputs, calls the family's builder and adds what every plan shares.
+validates the inputs, calls the family's builder and adds what every plan shares: the checklist, the roots (flags,
+environment variables, or placeholders), the credentials each stage needs, the GPU setup path, and at the end what
+is still unresolved. Every stage is labelled "not executed": planning starts no process, imports nothing from verl
+and downloads nothing.
 """
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from typing import Literal, get_args
 
 from pydantic import BaseModel, Field
 
 from tasks.plugins import UnknownPluginError
-from trainers.verl_builders import FAMILIES, FamilyBuilder, PlanContext, Prerequisite, Stage
+from trainers import verl_resolve as resolve
+from trainers.verl_builders import (
+    FAMILIES,
+    PROMPT_TYPES,
+    TRACKS,
+    Checkpoints,
+    FamilyBuilder,
+    PlanContext,
+    Prerequisite,
+    Roles,
+    Stage,
+)
+from trainers.verl_resolve import Credential, Root
 
 __all__ = [
     "FAMILIES",
     "PLACEHOLDERS",
+    "PROMPT_TYPES",
     "STAGES",
+    "TRACKS",
     "Family",
     "Plan",
     "Prerequisite",
@@ -46,6 +65,16 @@ PLACEHOLDERS: dict[str, str] = {
     "<VERL_IMAGE>": "Docker image with verl, vLLM, Ray and rlloop's extension modules installed",
 }
 
+# placeholders only the newer stages and flags use: what resolves each
+MORE_PLACEHOLDERS: dict[str, str] = {
+    "<PROMPT_FILE>": "the system-prompt file to distil: pass --experience-path",
+    "<PROMPT_TYPE>": f"which system prompt: pass --prompt-type ({', '.join(PROMPT_TYPES)})",
+    "<STEP>": "the checkpoint step to evaluate: pass --checkpoint-step N (or a range A-B[:STEP])",
+    "<COACH_MODEL>": "the coach model (GPT-4o or another OpenAI-compatible model): pass --coach",
+    "<JUDGE_MODEL>": "the scoring model (GPT-4o or another OpenAI-compatible model): pass --coach",
+}
+_ALWAYS = {"<VERL_IMAGE>", "<VERL_EXT>"}
+
 
 def family_names() -> list[str]:
     """Every family `plan` accepts: the built-ins in their order, then plugins, sorted."""
@@ -57,6 +86,8 @@ STAGES: dict[str, list[str]] = {
     name: list(FAMILIES.get(name).stages) for name in get_args(Family)
 }  # built-ins
 
+FAMILY_TRACKS: dict[str, list[str]] = {name: list(FAMILIES.get(name).tracks) for name in get_args(Family)}
+
 
 class Plan(BaseModel):
     family: str  # a name in FAMILIES
@@ -67,9 +98,18 @@ class Plan(BaseModel):
     prerequisites: list[Prerequisite]
     placeholders: dict[str, str]
     notes: list[str] = Field(default_factory=list)
+    track: str | None = None
+    stage: str = "all"  # what was asked for: 'all' or the family's stage name (an alias resolved)
+    gpu_class: str | None = None
+    checkout: str | None = None
+    roles: dict[str, str] = Field(default_factory=dict)  # policy and the roles the user named
+    roots: dict[str, Root] = Field(default_factory=dict)  # placeholder -> the root that replaced it
+    credentials: list[Credential] | None = None  # None: no --credentials given (nothing checked)
+    unresolved: list[str] = Field(default_factory=list)  # what the user still has to say or prepare
+    executed: bool = False  # a plan is never run by the planner
 
     def render(self) -> str:
-        """Human-readable: checklist, then the numbered commands."""
+        """Human-readable: checklist, then the numbered commands, then what is unresolved."""
         lines = [
             f"# {self.family} on {self.nodes} node(s) x {self.gpus_per_node} GPU(s), model {self.model}",
             "",
@@ -78,11 +118,32 @@ class Plan(BaseModel):
         for p in self.prerequisites:
             lines.append(f"- [ ] {p.item}: {p.detail}" + (f"  (check: {p.check})" if p.check else ""))
         lines += ["", "## Placeholders"] + [f"- {k}: {v}" for k, v in self.placeholders.items()]
+        if self.roots:
+            lines += ["", "## Roots"] + [
+                f"- {k} = {r.value}  (from {r.source})" for k, r in self.roots.items()
+            ]
         lines += ["", "## Stages"]
         for number, stage in enumerate(self.stages, start=1):
-            lines += [f"{number}. {stage.name}: {stage.description}", "", stage.command, ""]
+            label = f"{stage.status}: " + (", ".join(stage.heavy) if stage.heavy else "CPU only")
+            lines += [f"{number}. {stage.name} [{label}]: {stage.description}", ""]
+            if stage.roles:
+                lines += ["   roles: " + ", ".join(f"{k}={v}" for k, v in stage.roles.items()), ""]
+            lines += [stage.command, ""]
         if self.notes:
             lines += ["## Notes"] + [f"- {n}" for n in self.notes]
+        if self.credentials is not None:
+            lines += ["", "## Credentials (variables checked for presence only; no value read)"]
+            for c in self.credentials:
+                state = ", ".join(f"{v} {'set' if ok else 'NOT set'}" for v, ok in c.variables.items())
+                needed = f"needed by {', '.join(c.stages)}" if c.stages else "needed by no planned stage"
+                declared = "declared" if c.declared else "NOT declared"
+                lines.append(f"- {c.name} ({c.what}): {declared}; {needed}; {state}")
+        lines += ["", "## Unresolved prerequisites"] + [f"- [ ] {u}" for u in self.unresolved]
+        lines += [
+            "",
+            "Nothing above was executed: no stage, no check, no GPU, Docker, Ray, vLLM, W&B, Hugging Face, "
+            "OpenAI, IF-Eval or checkpoint-merge step.",
+        ]
         return "\n".join(lines)
 
 
@@ -93,7 +154,7 @@ def plan(
     nodes: int = 1,
     gpus_per_node: int = 8,
     *,
-    gpu_type: str = "NVIDIA H100 80GB",
+    gpu_type: str | None = None,
     rollout_n: int = 8,
     train_batch_size: int = 256,
     max_prompt_length: int = 1024,
@@ -103,22 +164,40 @@ def plan(
     rounds: int = 3,
     loggers: tuple[str, ...] = ("console", "wandb"),
     experiment: str | None = None,
+    track: str | None = None,
+    experience_path: str | None = None,
+    prompt_type: str | None = None,
+    reference: str | None = None,
+    coach: str | None = None,
+    reward_model: str | None = None,
+    checkpoint_step: str | None = None,
+    gpu_class: str | None = None,
+    checkout: str | None = None,
+    credentials: tuple[str, ...] | list[str] | None = None,
+    roots: Mapping[str, str | None] | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> Plan:
-    """The staged plan for `family` (all stages, or only `stage`). Raises ValueError on impossible shapes."""
+    """The staged plan for `family` (all stages, or only `stage`: its name or an alias). Raises ValueError on
+    impossible shapes and on a stage, track, prompt type, GPU class or credential the family does not know, with
+    the valid ones. `roots` maps a root placeholder (<DATA_ROOT>, ...) to the user's value; `env` (default: this
+    process's environment) is read only for which variables are set, never for a secret's value."""
     builder = _builder(family)
     if nodes < 1 or gpus_per_node < 1:
         raise ValueError("nodes and gpus_per_node must be at least 1")
     if gpus_per_node % tensor_parallel:
         raise ValueError(f"tensor_parallel ({tensor_parallel}) must divide gpus_per_node ({gpus_per_node})")
-    if stage != "all" and stage not in builder.stages:
-        raise ValueError(
-            f"{family} has no stage {stage!r}; choose 'all' or one of {', '.join(builder.stages)}"
-        )
+    chosen = "all" if stage == "all" else builder.resolve(stage)
+    if chosen is None:
+        raise ValueError(f"{family} has no stage {stage!r}; choose 'all' or one of {builder.choices()}")
+    _check_track(builder, track, prompt_type)
+    gpu = resolve.gpu_class(gpu_class)
+    declared = None if credentials is None else resolve.credential_names(credentials)
+    environment = os.environ if env is None else env
     ctx = PlanContext(
         model=model,
         nodes=nodes,
         gpus_per_node=gpus_per_node,
-        gpu_type=gpu_type,
+        gpu_type=gpu_type or (resolve.GPU_CLASSES[gpu] if gpu else "NVIDIA H100 80GB"),
         rollout_n=rollout_n,
         train_batch_size=train_batch_size,
         max_prompt_length=max_prompt_length,
@@ -128,21 +207,102 @@ def plan(
         rounds=rounds,
         loggers=tuple(loggers),
         experiment=experiment or f"rlloop-{family}",
+        track=track,
+        experience_path=experience_path,
+        prompt_type=prompt_type,
+        roles=Roles(
+            reference=reference,
+            coach=coach,
+            reward=reward_model,
+            checkpoint=Checkpoints.parse(checkpoint_step) if checkpoint_step else None,
+        ),
     )
     built = builder.build(ctx)
-    stages = [s for s in built.stages if stage in ("all", s.name)]
-    used = {p for p in PLACEHOLDERS if any(p in s.command for s in stages) or p in model}
-    used.update({"<VERL_IMAGE>", "<VERL_EXT>"})
-    return Plan(
+    roles = {"policy": model, **ctx.roles.given()}
+    stages = [resolve.annotate(s, roles, ctx.loggers) for s in built.stages if chosen in ("all", s.name)]
+    texts = [model, *(s.command for s in stages)]
+    used = {p for p in PLACEHOLDERS if any(p in t for t in texts)} | _ALWAYS
+    placeholders = {k: v for k, v in PLACEHOLDERS.items() if k in used}
+    for name in resolve.placeholders_in(texts):
+        placeholders.setdefault(name, MORE_PLACEHOLDERS.get(name, "given on the command line: replace it"))
+    cluster = _cluster(ctx)
+    if gpu:
+        cluster.insert(4, resolve.setup_path(gpu))
+    listed = None if declared is None else resolve.credentials(declared, stages, environment)
+    result = Plan(
         family=family,
         model=model,
         nodes=nodes,
         gpus_per_node=gpus_per_node,
         stages=stages,
-        prerequisites=[*_cluster(ctx), *_credentials(ctx), *built.prerequisites, _extensions()],
-        placeholders={k: v for k, v in PLACEHOLDERS.items() if k in used},
+        prerequisites=[*cluster, *_credentials(ctx), *built.prerequisites, _extensions()],
+        placeholders=placeholders,
         notes=built.notes,
+        track=track,
+        stage=chosen,
+        gpu_class=gpu,
+        checkout=checkout,
+        roles=roles,
+        credentials=listed,
     )
+    found = resolve.roots(roots or {}, environment)
+    if found:
+        data = resolve.substitute(result.model_dump(mode="json"), {k: r.value for k, r in found.items()})
+        data["placeholders"] = {k: v for k, v in result.placeholders.items() if k not in found}
+        data["roots"] = found
+        result = Plan.model_validate(data)
+    result.unresolved = _unresolved(result, builder, built.unresolved)
+    return result
+
+
+def _check_track(builder: FamilyBuilder, track: str | None, prompt_type: str | None) -> None:
+    if track is not None and track not in builder.tracks:
+        choices = (
+            f"choose one of {', '.join(builder.tracks)}"
+            if builder.tracks
+            else f"it has none (the tracks {', '.join(TRACKS)} are OPCD's and OEL's)"
+        )
+        raise ValueError(f"{builder.name} has no track {track!r}; {choices}")
+    if prompt_type is not None:
+        if prompt_type not in PROMPT_TYPES:
+            raise ValueError(f"unknown prompt type {prompt_type!r}; choose one of {', '.join(PROMPT_TYPES)}")
+        if track != "system-prompt":
+            raise ValueError("--prompt-type goes with --track system-prompt")
+
+
+def _unresolved(result: Plan, builder: FamilyBuilder, family_items: list[str]) -> list[str]:
+    """What the user still has to say or prepare before the first command, in the order they meet it."""
+    items: list[str] = []
+    if result.checkout is None:
+        items.append("target checkout: pass --checkout (the checkout you control, where the commands run)")
+    if result.gpu_class is None:
+        items.append(
+            f"GPU class: pass --gpu-class ({', '.join(resolve.GPU_CLASSES)}); it picks the setup path "
+            "(B200 vs A100/H100/H200)"
+        )
+    items.append(
+        "environment readiness: GPUs, Docker, Ray and vLLM per the prerequisites' checks (none was run here)"
+    )
+    if builder.tracks and result.track is None:
+        items.append(
+            f"track: pass --track ({', '.join(builder.tracks)}); without it the data is <DATA_ROOT>/*"
+        )
+    for name, text in result.placeholders.items():
+        if name in ROOT_FLAGS:
+            flag, variable = ROOT_FLAGS[name]
+            items.append(f"{name}: pass {flag} or export {variable}")
+        elif name not in _ALWAYS:
+            items.append(f"{name}: {text}")
+    items.append("<VERL_EXT>: rlloop's verl extension modules are not written yet; write and install them")
+    items.append(
+        "<VERL_IMAGE>: build or pull the image with verl, vLLM, Ray and the extensions on every node"
+    )
+    items += family_items
+    items += resolve.credential_gaps(result.credentials, result.stages)
+    return items
+
+
+ROOT_FLAGS = resolve.ROOTS
 
 
 def _builder(family: str) -> FamilyBuilder:
