@@ -3,12 +3,20 @@
 A character-level tokenizer and a ~0.34M-parameter Llama, trained briefly on arith's *train* split only (never valid or
 test) so that it has learned the format ("37+58=" -> a number, then EOS) but gets only a fraction of the answers
 right: a weak baseline with plenty of room for a trial to improve on.
+
+Same seed, same bytes: two builds on one machine give identical weights and tokenizer files whatever the caller's
+thread count or PYTHONHASHSEED (the build always trains on `torch_threads` threads; the data order comes from a
+seeded `random.Random`). Across machines the weights can differ: torch picks its CPU kernels by instruction set
+(AVX512, AVX2, ...), and kernels round differently; after 800 steps near the knee of the learning curve that moves
+valid accuracy by several points. So rlloop_model.json records what the weights depend on (versions, threads, the
+CPU capability) beside the recipe.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import platform
 import random
 import shutil
 import string
@@ -48,6 +56,9 @@ class TinyRecipe:
     learning_rate: float = 1e-3
     warmup_steps: int = 30
     weight_decay: float = 0.0
+    # Fixed, not the machine's core count: one thread is the fastest for a model this small (and far faster than two
+    # on a loaded 2-core machine), and the weights must not depend on how many cores the builder had.
+    torch_threads: int = 1
 
 
 TINY_RECIPE = TinyRecipe()
@@ -200,10 +211,34 @@ def save_model_atomically(
     return out_dir
 
 
-def build_tiny_arith(out_dir: Path, *, seed: int = 0, progress: bool = True) -> Path:
-    """Build tiny-arith into `out_dir` (replacing what is there) and return the path."""
-    torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
-    model, tokenizer, stats = train_tiny_model(seed=seed, progress=progress)
+def build_environment() -> dict[str, object]:
+    """What the weights depend on besides the recipe and the seed: library versions, threads, CPU kernels."""
+    import tokenizers
+    import transformers
+
+    return {
+        "python": sys.version.split()[0],
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "tokenizers": tokenizers.__version__,
+        "torch_threads": torch.get_num_threads(),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "platform": platform.platform(),
+    }
+
+
+def build_tiny_arith(
+    out_dir: Path, *, seed: int = 0, progress: bool = True, steps: int | None = None
+) -> Path:
+    """Build tiny-arith into `out_dir` (replacing what is there) and return the path. `steps` overrides the recipe
+    (tests); the caller's torch thread count is restored afterwards."""
+    callers_threads = torch.get_num_threads()
+    torch.set_num_threads(TINY_RECIPE.torch_threads)
+    try:
+        model, tokenizer, stats = train_tiny_model(seed=seed, steps=steps, progress=progress)
+        environment = build_environment()
+    finally:
+        torch.set_num_threads(callers_threads)
     provenance: dict[str, object] = {
         "name": "tiny-arith",
         "recipe": asdict(TINY_RECIPE),
@@ -216,8 +251,9 @@ def build_tiny_arith(out_dir: Path, *, seed: int = 0, progress: bool = True) -> 
         "test_free": "trained on arith's train split only (it excludes every test problem); "
         "the step count was calibrated against the valid split",
         "built_by": "trainers.tiny.build_tiny_arith",
-        "python": sys.version.split()[0],
-        "torch": torch.__version__,
+        "python": environment["python"],
+        "torch": environment["torch"],
+        "environment": environment,
     }
     path = save_model_atomically(model, tokenizer, Path(out_dir), provenance)
     if progress:

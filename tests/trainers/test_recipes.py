@@ -51,17 +51,29 @@ def test_lora_checkpoint_is_merged_into_a_plain_model(
     assert not any("lora" in name for name, _ in model.named_parameters())
 
 
+# tiny-arith's weights differ from machine to machine (torch picks CPU kernels by instruction set), and it sits
+# on a plateau of its learning curve: from one build 400 SFT steps lifted valid by +0.147, from others (AVX2 kernels,
+# other build seeds) by +0.003 to +0.103. 1,000 steps get every build we tried past the plateau: +0.18 (two worst
+# builds) to +0.60 on all 300 valid problems. The margin keeps half of the worst lift as slack.
+SFT_STEPS = 1000
+SFT_MIN_LIFT = 0.10
+
+
 @pytest.mark.slow
 def test_sft_improves_arith_accuracy(tmp_path: Path, tiny_model_dir: Path, arith_train_file: Path) -> None:
-    before = checkpoint_accuracy(tiny_model_dir, "arith", "valid", limit=150)
+    before = checkpoint_accuracy(tiny_model_dir, "arith", "valid")
     result = run_sft(
         SFTRecipeConfig(
-            model_path=tiny_model_dir, train_file=arith_train_file, output_dir=tmp_path / "out", seed=0
+            model_path=tiny_model_dir,
+            train_file=arith_train_file,
+            output_dir=tmp_path / "out",
+            seed=0,
+            max_steps=SFT_STEPS,
         )
     )
-    after = checkpoint_accuracy(tmp_path / "out", "arith", "valid", limit=150)
+    after = checkpoint_accuracy(tmp_path / "out", "arith", "valid")
     print(f"sft: valid accuracy {before:.3f} -> {after:.3f} in {result.train_seconds:.0f}s")
-    assert after >= before + 0.05
+    assert after >= before + SFT_MIN_LIFT
 
 
 @pytest.mark.slow

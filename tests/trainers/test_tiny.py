@@ -3,11 +3,21 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
+import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from trainers.tiny import build_char_tokenizer, save_model_atomically, train_tiny_model
+from trainers.tiny import TINY_RECIPE, build_char_tokenizer, save_model_atomically, train_tiny_model
+
+REPO = Path(__file__).resolve().parents[2]
+BUILD = (
+    "import sys, torch; from pathlib import Path; from trainers.tiny import build_tiny_arith; "
+    "torch.set_num_threads(int(sys.argv[2])); build_tiny_arith(Path(sys.argv[1]), seed=0, steps=12, progress=False)"
+)
 
 
 def test_char_tokenizer_round_trips_text_and_marks_sequences() -> None:
@@ -39,6 +49,47 @@ def test_tiny_model_loads_with_auto_classes(tiny_model_dir: Path) -> None:
     assert tok.decode(tok("12+30=")["input_ids"], skip_special_tokens=True) == "12+30="
     provenance = json.loads((tiny_model_dir / "rlloop_model.json").read_text())
     assert provenance["name"] == "tiny-arith" and provenance["seed"] == 0 and provenance["steps"] > 0
+    environment = provenance["environment"]
+    assert environment["torch"] == torch.__version__ and environment["cpu_capability"]
+    assert environment["torch_threads"] == TINY_RECIPE.torch_threads
+
+
+def _build_in_fresh_process(out: Path, threads: int, hash_seed: str) -> dict[str, bytes]:
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        "PYTHONHASHSEED": hash_seed,
+        "OMP_NUM_THREADS": str(threads),
+    }
+    subprocess.run(
+        [sys.executable, "-c", BUILD, str(out), str(threads)], cwd=REPO, env=env, check=True, timeout=300
+    )
+    return {f.name: f.read_bytes() for f in sorted(out.iterdir())}
+
+
+def test_fresh_builds_are_byte_identical_whatever_the_threads_and_hash_seed(tmp_path: Path) -> None:
+    """The weights and tokenizer files repeat byte for byte; only the provenance's timing may differ."""
+    first = _build_in_fresh_process(tmp_path / "a", threads=1, hash_seed="1")
+    second = _build_in_fresh_process(tmp_path / "b", threads=2, hash_seed="2")
+    assert first.keys() == second.keys() and "model.safetensors" in first
+    for name in first.keys() - {"rlloop_model.json"}:
+        assert first[name] == second[name], name
+    provenance = [json.loads(files["rlloop_model.json"]) for files in (first, second)]
+    for record in provenance:
+        record.pop("train_seconds")
+    assert provenance[0] == provenance[1]
+
+
+def test_the_build_restores_the_callers_thread_count(tmp_path: Path) -> None:
+    from trainers.tiny import build_tiny_arith
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        build_tiny_arith(tmp_path / "tiny", steps=1, progress=False)
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
 
 
 def test_training_is_deterministic_for_a_seed() -> None:
