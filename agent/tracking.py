@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from agent.environment import environment_record, flat_params
 from agent.proposers.base import TrialRecord
 
 log = logging.getLogger(__name__)
@@ -53,8 +54,18 @@ class Tracker:
                 raise
             return str(experiment.experiment_id)
 
-    def start_parent(self, run_id: str, benchmark: str, params: dict[str, Any]) -> str:
-        """Return the parent run for this research run, creating it only if it does not exist yet."""
+    def start_parent(
+        self,
+        run_id: str,
+        benchmark: str,
+        params: dict[str, Any],
+        environment: dict[str, object] | None = None,
+    ) -> str:
+        """Return the parent run for this research run, creating it only if it does not exist yet.
+
+        A new parent also records the environment (`env.*` params: versions, threads, CPU; this process's when not
+        given), since the same seed repeats its numbers only under the same libraries and kernels.
+        """
         experiment_id = self.experiment_id(benchmark)
         found = self.client.search_runs(
             [experiment_id],
@@ -67,9 +78,17 @@ class Tracker:
         run = self.client.create_run(
             experiment_id, run_name=run_id, tags={PARENT_TAG: run_id, "rlloop.kind": "parent"}
         )
-        for key, value in params.items():
-            self.client.log_param(run.info.run_id, key, str(value)[:500])
+        record = environment if environment is not None else environment_record()
+        self.log_params(run.info.run_id, {**params, **flat_params(record)})
         return str(run.info.run_id)
+
+    def log_params(self, run: str, params: dict[str, Any]) -> None:
+        """Params in batches (MLflow takes at most 100 per call), each value cut to MLflow's 500 characters."""
+        from mlflow.entities import Param
+
+        items = [Param(key, str(value)[:500]) for key, value in params.items()]
+        for start in range(0, len(items), 100):
+            self.client.log_batch(run, params=items[start : start + 100])
 
     def log_metrics(self, parent: str, metrics: dict[str, float], step: int = 0) -> None:
         for key, value in metrics.items():
@@ -120,8 +139,7 @@ class Tracker:
             "init_from": trial.proposal.init_from or "base",
         }
         params.update({f"hp.{k}": v for k, v in trial.proposal.hyperparameters.items()})
-        for key, value in params.items():
-            self.client.log_param(child, key, str(value)[:500])
+        self.log_params(child, params)
         metrics: dict[str, float] = {
             f"train.{k}": float(v) for k, v in trial.train_metrics.items() if isinstance(v, int | float)
         }

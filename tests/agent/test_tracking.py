@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import torch
 from mlflow import MlflowClient
 
+from agent.environment import environment_record, flat_params
 from agent.proposers.base import Proposal, TrialRecord
 from agent.tracking import Tracker
 
@@ -70,3 +72,26 @@ def test_a_flagged_submission_is_tagged_on_its_trial_run(tmp_path: Path) -> None
     assert run.data.metrics["flagged"] == 1.0
     clean = client.get_run(tracker.log_trial(parent, "run-2", "arith", honest, []))
     assert "rlloop.flagged" not in clean.data.tags and clean.data.metrics["flagged"] == 0.0
+
+
+def test_a_new_parent_records_the_environment(tmp_path: Path) -> None:
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    tracker = Tracker(uri, tmp_path / "mlartifacts")
+    parent = tracker.start_parent("run-3", "arith", {"loop_n": 2})
+    params = MlflowClient(tracking_uri=uri).get_run(parent).data.params
+    assert params["loop_n"] == "2"
+    assert params["env.packages.torch"] == torch.__version__
+    assert params["env.torch_threads"] == str(torch.get_num_threads())
+    assert {"env.python", "env.cpu_count", "env.cpu_capability", "env.cuda_available"} <= params.keys()
+
+
+def test_environment_record_names_versions_threads_and_devices() -> None:
+    record = environment_record()
+    packages = record["packages"]
+    assert isinstance(packages, dict)
+    assert {"torch", "transformers", "trl", "tokenizers"} <= packages.keys() and packages["torch"]
+    assert record["torch_threads"] == torch.get_num_threads()
+    assert record["torch_interop_threads"] == torch.get_num_interop_threads()
+    assert record["cpu_count"] and record["python"] and record["platform"]
+    assert record["cuda_available"] == torch.cuda.is_available()
+    assert flat_params({"a": {"b": 1}, "c": None}) == {"env.a.b": "1", "env.c": "None"}
