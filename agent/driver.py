@@ -97,6 +97,7 @@ def _saved_config(paths: RunPaths, config: RunConfig) -> RunConfig:
     """A resumed run runs with what it started with (run.json), quiet or not as asked now."""
     saved = json.loads(paths.run_json.read_text())
     saved.pop("run_id", None)
+    saved.pop("environment", None)  # a record of where it ran, not config
     saved["home"] = str(paths.home)
     return RunConfig.model_validate({**saved, "quiet": config.quiet, "run_id": paths.run_id})
 

@@ -34,7 +34,12 @@ def locate_run(config: RunConfig, resume_run_id: str | None) -> RunPaths:
 def record_run(config: RunConfig, paths: RunPaths) -> None:
     """Create the run's folder and write what it runs with (run.json, read back on resume) and who runs it (pid)."""
     paths.run_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(paths.run_json, {**config.model_dump(mode="json"), "run_id": paths.run_id})
+    from agent.environment import environment_record
+
+    atomic_write_json(
+        paths.run_json,
+        {**config.model_dump(mode="json"), "run_id": paths.run_id, "environment": environment_record()},
+    )
     (paths.run_dir / "pid").write_text(str(os.getpid()))
 
 
