@@ -59,8 +59,10 @@ def check_proposal(proposal: Proposal, *, paths: RunPaths, base_model: Path) -> 
 
 
 def python_for(sandbox: Sandbox) -> str:
-    """The interpreter a trial runs with: ours for local processes, the image's for containers."""
-    return getattr(sandbox, "python", None) or (sys.executable if sandbox.name == "local" else "python")
+    """The interpreter a trial runs with, as its backend declares it (`python`: ours for local processes, the
+    image's for containers); "python" on the trial's PATH for a backend that declares none."""
+    declared = getattr(sandbox, "python", None)
+    return declared if isinstance(declared, str) and declared else "python"
 
 
 def start_checkpoint(

@@ -80,6 +80,7 @@ class DockerSandbox:
 
     name = "docker"
     isolation = "container"
+    python = "python"  # the image's interpreter
 
     def __init__(
         self,

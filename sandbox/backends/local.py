@@ -94,6 +94,7 @@ class LocalSandbox:
     """Runs each command as a local process tree (see the module docstring for what it does and does not stop)."""
 
     name = "local"
+    python = sys.executable  # trials run with this interpreter (its environment is mounted read-only)
 
     def __init__(
         self,
