@@ -101,16 +101,18 @@ def _top_level_location(module: str) -> Path | None:
 
 def plugin_files(name: str) -> list[Path]:
     """What a process must see to find the plugin recipe `name` through its entry point: the top-level package (or
-    module file) that defines it and the metadata folder of each distribution declaring it. Empty for built-ins
-    and for recipes registered in code; the trial request mounts these (agent/trials.py)."""
+    module file) of the entry point and of the recipe's code, and the metadata folder of each distribution declaring
+    it. Empty for built-ins and for recipes registered in code; the trial request mounts these (agent/trials.py)."""
     module = get_recipe(name).run.__module__
-    top = module.split(".")[0]
-    if top == __name__.split(".")[0]:
-        return []
-    declaring = [ep for ep in entry_points(group=GROUP) if ep.name == name or ep.module.split(".")[0] == top]
+    own = module.split(".")[0] != __name__.split(".")[0]  # the recipe's code is the plugin's, not trainers'
+    declaring = [
+        ep
+        for ep in entry_points(group=GROUP)
+        if ep.name == name or (own and ep.module.split(".")[0] == module.split(".")[0])
+    ]
     if not declaring:
         return []
-    found = [_top_level_location(module)]
+    found = [_top_level_location(module) if own else None]
     for ep in declaring:
         dist_dir = getattr(ep.dist, "_path", None)  # a PathDistribution's *.dist-info folder
         found += [_top_level_location(ep.module), Path(dist_dir).resolve() if dist_dir else None]
