@@ -390,16 +390,18 @@ def _mount_subcommands() -> None:
     from agent.service.cli import serve_app
     from agent.sweeps.cli import bench, report
     from sandbox.cli import app as sandbox_app
-    from trainers.plan_cli import check_inputs_command, plan_command
+    from trainers.plan_cli import ListingCommand, check_inputs_command, plan_command
 
     sandbox_app.command("list")(sandbox_list)
     app.add_typer(sandbox_app, name="sandbox", help="List, build, check and clean the trial sandboxes.")
-    app.command("plan", help="Plan verl jobs for runs too large for one machine (prints; starts nothing).")(
-        plan_command
-    )
-    app.command("check-inputs", help="Validate what a plan depends on, without loading any model.")(
-        check_inputs_command
-    )
+    app.command(
+        "plan",
+        cls=ListingCommand,
+        help="Plan verl jobs for runs too large for one machine (prints; starts nothing).",
+    )(plan_command)
+    app.command(
+        "check-inputs", cls=ListingCommand, help="Validate what a plan depends on, without loading any model."
+    )(check_inputs_command)
     app.add_typer(
         serve_app,
         name="serve",

@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from tasks import Sample, UnknownBenchmarkError, get_benchmark
-from tasks.answers import extract_number, first_number, numbers_match
+from tasks.answers import cut_at_stop, extract_number, first_number, numbers_match
 
 RewardFunc = Callable[..., list[float]]
 
@@ -26,17 +26,6 @@ def _text(completion: Any) -> str:
     if isinstance(completion, list) and completion and isinstance(completion[-1], dict):
         return str(completion[-1].get("content", ""))
     return str(completion)
-
-
-def cut_at_stop(text: str, stop: Sequence[str]) -> str:
-    """The completion up to (not including) the earliest stop string, as the grader cuts it (empty ones ignored).
-    The one copy in trainers: rewards, the on-policy loops and quick_eval all score what it leaves."""
-    cut = len(text)
-    for s in stop:
-        at = text.find(s) if s else -1
-        if at != -1:
-            cut = min(cut, at)
-    return text[:cut]
 
 
 def arith_correct(prompts: list[Any], completions: list[Any], answer: list[str], **_: Any) -> list[float]:
