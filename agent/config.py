@@ -51,7 +51,8 @@ class RunConfig(BaseSettings):
         "name (see `rlloop sandbox list`).",
     )
     proposer: str = Field(
-        "auto", description="auto = llm when --driver-model is set, else builtin; or a plugin proposer's name."
+        "auto",
+        description="auto = llm when --driver-model is set, else builtin; or a plugin proposer's name.",
     )
     driver_model: str | None = Field(None, description="LLM for the proposer (OpenAI-compatible endpoint).")
     recipes: str | None = Field(
