@@ -7,7 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 BUILTIN_MODELS: dict[str, str] = {
-    "tiny-arith": "A ~1M-parameter Llama with a character tokenizer, trained briefly on arith (weak baseline).",
+    "tiny-arith": "A 0.34M-parameter Llama with a character tokenizer, trained briefly on arith (weak baseline).",
 }
 
 

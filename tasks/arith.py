@@ -1,6 +1,6 @@
 """`arith`: procedurally generated two-operand arithmetic; train and valid from fixed public seeds.
 
-Small enough that a ~1M-parameter model learns it on a laptop CPU in minutes, hard enough that a briefly trained one
+Small enough that a 0.3M-parameter model learns it on a laptop CPU in minutes, hard enough that a briefly trained one
 gets only a fraction right: the benchmark rlloop's demo and tests run on. One problem in `TEST_MODULUS` (by a hash
 of its prompt) is reserved for test candidates and never appears in train or valid; the grader draws its hidden
 test split from that reserve with a secret seed, so memorising train cannot leak test answers and no trial can

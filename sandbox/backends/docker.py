@@ -118,8 +118,8 @@ class DockerSandbox:
             "PYTHONUNBUFFERED": "1",
             **request.env,
         }
-        if live_code_mounts():
-            env["PYTHONPATH"] = LIVE_CODE_DIR
+        if live_code_mounts():  # the live checkout first, then what the request adds (plugin folders)
+            env["PYTHONPATH"] = os.pathsep.join(p for p in (LIVE_CODE_DIR, request.env.get("PYTHONPATH")) if p)
         network_kw: dict[str, Any] = {"network_mode": "none"}
         if request.network == "grader":
             gate = self._grader_network(request.grader_url or "")
