@@ -14,7 +14,6 @@ passing SIGTERM, SIGINT (Ctrl-C) and SIGHUP on to it.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import signal
 import subprocess
@@ -23,8 +22,8 @@ from collections.abc import Callable, Iterable, Sequence
 from types import FrameType
 from typing import Any
 
-PR_SET_PDEATHSIG = 1
-PR_SET_CHILD_SUBREAPER = 36
+from tasks.lifetime import become_subreaper, die_with_parent
+
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 # The group's keeper (POSIX sh): its stdin is a pipe only the parent writes to: first the group's id, then nothing
 # until EOF, which comes when the parent dies, however it dies; then it stops the whole group.
@@ -33,27 +32,6 @@ KEEPER = (
     'read pgid || exit 0; cat >/dev/null; kill -TERM "-$pgid" 2>/dev/null; '
     'sleep 2; kill -KILL "-$pgid" 2>/dev/null'
 )
-
-
-def _prctl(option: int, value: int) -> bool:
-    try:
-        return int(ctypes.CDLL("libc.so.6", use_errno=True).prctl(option, value, 0, 0, 0)) == 0
-    except (OSError, AttributeError):  # not Linux / no glibc: nothing to arm
-        return False
-
-
-def die_with_parent(sig: int = signal.SIGTERM) -> Callable[[], None]:
-    """A `preexec_fn`: the child gets `sig` when the thread that forked it dies, even by SIGKILL.
-
-    If the parent is already gone by the time the child gets here (it died during the fork), the child kills itself
-    with `sig` at once instead of running as an orphan."""
-    parent = os.getpid()
-
-    def arm() -> None:
-        if _prctl(PR_SET_PDEATHSIG, sig) and os.getppid() != parent:
-            os.kill(os.getpid(), sig)
-
-    return arm
 
 
 # ---- the process table ---------------------------------------------------------------------------------------------
@@ -208,7 +186,7 @@ def run_child(cmd: Sequence[str], *, grace_s: float = 10.0, **popen_kw: Any) -> 
 
     # handlers first: a signal that comes while the child starts still reaches all of it
     previous = {sig: signal.signal(sig, forward) for sig in FORWARDED}
-    _prctl(PR_SET_CHILD_SUBREAPER, 1)
+    become_subreaper()
     try:
         child.append(spawn_child(cmd, death_signal=signal.SIGTERM, **popen_kw))
         if signalled_at:

@@ -9,7 +9,6 @@ the run. RLLOOP_HOME must be on storage every Ray node shares.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import signal
 import subprocess
@@ -22,17 +21,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from agent.sweeps.worker import Outcome, WorkerPayload, outcome_path
+from tasks.lifetime import die_with_parent
 from tasks.plugins import Registry
 
 if TYPE_CHECKING:
     from agent.sweeps.spec import SweepSpec
-
-PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent() -> None:
-    with contextlib.suppress(Exception):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
 
 
 def launch_worker(
@@ -51,7 +44,7 @@ def launch_worker(
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
-            preexec_fn=_die_with_parent,
+            preexec_fn=die_with_parent(signal.SIGTERM),
         )
     if live is not None:
         live[proc.pid] = proc

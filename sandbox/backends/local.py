@@ -20,7 +20,6 @@ the group, gets SIGTERM, a grace period, then SIGKILL.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import resource
 import shutil
@@ -37,9 +36,9 @@ from sandbox.base import CleanupReport, Mount, SandboxRequest, SandboxResult, Sa
 from sandbox.jail import Jail
 from sandbox.logstream import CappedLog, pump
 from sandbox.relay import UnixRelay
+from tasks.lifetime import die_with_parent
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-PR_SET_PDEATHSIG = 1
 RLIMITS = {"cpu": resource.RLIMIT_CPU, "fsize": resource.RLIMIT_FSIZE}  # supervise.rlimits' names
 LABELS_ENV = (
     "RLLOOP_SANDBOX_LABELS"  # on the sandbox's outermost process: how cleanup() of another process finds it
@@ -61,12 +60,6 @@ def scrubbed_env(request: SandboxRequest, marker: tuple[str, str] | None = None)
     if marker is not None:
         env[marker[0]] = marker[1]
     return env
-
-
-def _die_with_parent() -> None:
-    """Child-side: SIGKILL when the process that started it dies (the unisolated leader at least goes with it)."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def _set_limits(request: SandboxRequest, memory_by_rlimit: bool) -> None:
@@ -131,8 +124,10 @@ class LocalSandbox:
         log = CappedLog(request.log_path, request.max_log_bytes)
         sup = supervise.Supervisor(request, log, self.output_poll_s)
 
+        die_with_us = die_with_parent(signal.SIGKILL)  # the unisolated leader at least goes with this process
+
         def child_setup() -> None:
-            _die_with_parent()
+            die_with_us()
             jail.enter()
             _set_limits(request, memory_by_rlimit)
 
