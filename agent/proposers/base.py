@@ -4,9 +4,15 @@ from __future__ import annotations
 
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 TrialStatus = Literal["pending", "running", "succeeded", "failed", "rejected", "skipped"]
+Operator = Literal["draft", "improve", "debug", "ablate"]
+
+
+class SearchDone(Exception):  # noqa: N818 - a signal, not an error
+    """Raised by a proposer that has nothing left worth trying (every branch saturated): the run ends early,
+    finished, with this exception's message as its stop reason."""
 
 
 class Proposal(BaseModel):
@@ -29,6 +35,34 @@ class Proposal(BaseModel):
         description="Optional training script run instead of the recipe; it must write a checkpoint.",
     )
     estimated_cost_s: float | None = Field(default=None, description="Estimated compute seconds.")
+    parent: str | None = Field(
+        default=None,
+        description="The node of the search tree this trial branches from: a finished trial id, or None for the "
+        "base model. The same as init_from (either may be given; they must agree).",
+    )
+    operator: Operator = Field(
+        default="draft",
+        description="draft: a new line of attack from the base model; improve: a step on from the parent; debug: "
+        "repair a failed trial; ablate: change one thing of an earlier trial from the same parent.",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _parent_is_init_from(cls, data: Any) -> Any:
+        """`parent` names the tree node, `init_from` the checkpoint trained from: one fact, kept in both fields
+        (old proposals and old checkpoints have only init_from); the operator defaults from it."""
+        if not isinstance(data, dict):
+            return data
+        parent, start = data.get("parent"), data.get("init_from")
+        if parent is not None and start is not None and parent != start:
+            raise ValueError(
+                f"parent {parent!r} and init_from {start!r} differ; give one of them (they name the same trial)"
+            )
+        node = parent if parent is not None else start
+        data = {**data, "parent": node, "init_from": node}
+        if data.get("operator") is None:
+            data["operator"] = "draft" if node is None else "improve"
+        return data
 
 
 class TrialRecord(BaseModel):
@@ -48,6 +82,12 @@ class TrialRecord(BaseModel):
     grading: dict[str, Any] = Field(default_factory=dict)  # the grader's answer to this trial's submission
     approval: dict[str, Any] | None = None  # who decided, when, why (when the approval policy gated it)
     sandbox: dict[str, Any] = Field(default_factory=dict)  # backend and image digest the trial ran with
+    # the checkpoint's score on the workspace's public valid split (agent.validation), free of any submission
+    valid_score: float | None = None
+    valid_ci_low: float | None = None
+    valid_ci_high: float | None = None
+    valid_n: int | None = None
+    submission_note: str | None = None  # why the submission policy sent it to the grader or kept it back
 
 
 class ProposalContext(BaseModel):
@@ -58,6 +98,9 @@ class ProposalContext(BaseModel):
     benchmark_description: str
     base_model: str
     baseline_score: float | None
+    # the base model's score on the valid split, with its 95% CI (None: not validated)
+    baseline_valid_score: float | None = None
+    baseline_valid_ci: tuple[float, float] | None = None
     best_score: float | None
     best_trial_id: str | None
     trials: list[TrialRecord]

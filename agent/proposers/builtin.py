@@ -4,11 +4,17 @@ It needs no LLM. It reads what earlier trials scored and decides like a careful 
 keep training the best checkpoint while that pays off (annealing the learning rate), probe another learning rate
 when progress stalls, move to RL (GRPO, then OPO, DPO, GAD) from the best checkpoint when supervised training has
 plateaued, and back off after a crash or a reviewer's rejection.
+
+It judges trials by their free valid score when the loop has one (agent.validation; a checkpoint the submission
+policy kept from the grader has no public score), by the grader's public score otherwise, and stops the run once the
+best checkpoint's valid CI lower bound reaches the ceiling. This greedy cascade is `--proposer greedy`;
+`agent.proposers.tree` is the search-tree policy over the same recipes.
 """
 
 from __future__ import annotations
 
-from agent.proposers.base import Proposal, ProposalContext, TrialRecord
+from agent.proposers.base import Operator, Proposal, ProposalContext, SearchDone, TrialRecord
+from agent.validation import CEILING
 
 DEFAULT_LR = {"sft": 1e-3, "grpo": 1e-4, "opo": 1e-4, "dpo": 5e-5, "gad": 1e-4}
 RL_CYCLE = (
@@ -27,8 +33,32 @@ def _score(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.3f}"
 
 
+def value(trial: TrialRecord) -> float | None:
+    """What a trial is judged by: its valid score, else its public score."""
+    return trial.valid_score if trial.valid_score is not None else trial.score
+
+
 def _succeeded(trials: list[TrialRecord]) -> list[TrialRecord]:
-    return [t for t in trials if t.status == "succeeded" and t.score is not None]
+    return [t for t in trials if t.status == "succeeded" and value(t) is not None]
+
+
+def _baseline(context: ProposalContext) -> float | None:
+    """The base model's score on the same scale as the trials' (valid when any trial was validated)."""
+    validated = any(t.valid_score is not None for t in context.trials)
+    if validated and context.baseline_valid_score is not None:
+        return context.baseline_valid_score
+    return context.baseline_score
+
+
+def _best(trials: list[TrialRecord]) -> TrialRecord | None:
+    """The best succeeded trial by `value` (the earlier one on ties); flagged submissions never count."""
+    best: TrialRecord | None = None
+    for trial in _succeeded(trials):
+        if trial.grading.get("flags"):
+            continue
+        if best is None or (value(trial) or 0.0) > (value(best) or 0.0):
+            best = trial
+    return best
 
 
 def _stall_count(trials: list[TrialRecord], baseline: float | None) -> int:
@@ -36,9 +66,10 @@ def _stall_count(trials: list[TrialRecord], baseline: float | None) -> int:
     best = baseline if baseline is not None else float("-inf")
     stall = 0
     for trial in _succeeded(trials):
-        assert trial.score is not None
-        if trial.score > best:
-            best, stall = trial.score, 0
+        score = value(trial)
+        assert score is not None
+        if score > best:
+            best, stall = score, 0
         else:
             stall += 1
     return stall
@@ -83,7 +114,13 @@ class BuiltinProposer:
             note = f" A reviewer rejected the last proposal: {context.feedback!r}; taking a more conservative step."
 
         def proposal(
-            hypothesis: str, rationale: str, recipe: str, lr: float, init_from: str | None, **extra: int
+            hypothesis: str,
+            rationale: str,
+            recipe: str,
+            lr: float,
+            init_from: str | None,
+            operator: Operator | None = None,
+            **extra: int,
         ) -> Proposal:
             return Proposal(
                 hypothesis=hypothesis,
@@ -91,6 +128,7 @@ class BuiltinProposer:
                 recipe=recipe,
                 hyperparameters={"learning_rate": lr, **extra, **budget},
                 init_from=init_from,
+                operator=operator or ("draft" if init_from is None else "improve"),
                 estimated_cost_s=seconds,
             )
 
@@ -103,6 +141,12 @@ class BuiltinProposer:
                 None,
             )
 
+        top = _best(trials)
+        if top is not None and top.valid_ci_low is not None and top.valid_ci_low >= CEILING:
+            raise SearchDone(
+                f"score at its ceiling: {top.trial_id} valid {top.valid_score:.3f} "
+                f"(95% CI low {top.valid_ci_low:.3f} >= {CEILING})"
+            )
         last = trials[-1]
         if last.status in ("failed", "rejected"):
             batch = int(last.proposal.hyperparameters.get("per_device_train_batch_size", 32))
@@ -114,21 +158,22 @@ class BuiltinProposer:
                 recipe,
                 _lr(last.proposal) * 0.5,
                 last.proposal.init_from,
+                "debug",
                 per_device_train_batch_size=max(8, batch // 2),
             )
 
-        stalls = _stall_count(trials, context.baseline_score)
-        beats_base = context.best_score is not None and (
-            context.baseline_score is None or context.best_score > context.baseline_score
-        )
-        best_trial = context.best_trial_id if beats_base else None  # nothing beat the base yet: start from it
+        baseline = _baseline(context)
+        stalls = _stall_count(trials, baseline)
+        best_score = value(top) if top is not None else None
+        beats_base = best_score is not None and (baseline is None or best_score > baseline)
+        best_trial = top.trial_id if beats_base and top else None  # nothing beat the base yet: start from it
         parent = next((t for t in _succeeded(trials) if t.trial_id == best_trial), None)
         parent_recipe = parent.proposal.recipe if parent else supervised
         parent_lr = _lr(parent.proposal) if parent else DEFAULT_LR.get(supervised, 1e-4)
 
         if stalls == 0:
             return proposal(
-                f"{best_trial} improved the score to {_score(context.best_score)}; training it further with an "
+                f"{best_trial} improved the score to {_score(best_score)}; training it further with an "
                 "annealed learning rate keeps improving.",
                 "Exploit: the last step paid off, so continue from the best checkpoint.",
                 parent_recipe,
@@ -157,7 +202,7 @@ class BuiltinProposer:
         up, down = parent_lr * 2.0, parent_lr * 0.3
         lr = up if round(up, 12) not in tried_lrs and not context.feedback else down
         direction = "larger" if lr > parent_lr else "smaller"
-        target = _score(context.best_score if beats_base else context.baseline_score)
+        target = _score(best_score if beats_base else baseline)
         return proposal(
             f"The last trial did not beat {target}; a {direction} learning rate from {best_trial or 'the base model'} "
             "escapes the plateau.",

@@ -1,0 +1,186 @@
+"""Which checkpoints go to the grader (`RunConfig.submit`), decided on the free valid split (`agent.validation`).
+
+- "all": every trained checkpoint is submitted (the loop's behaviour before validation existed).
+- "improved" (default): a checkpoint is submitted only when it beats the reference beyond noise, where the reference
+  is the best submitted trial by valid score (the base model before anything was submitted). "Beyond noise" is
+  either of two tests at 95%: the new valid CI's lower bound is above the reference's valid score, or the paired
+  bootstrap lower bound of the per-sample gain (both scored on the same valid samples) is above zero. A checkpoint
+  that is no better keeps its valid score and is recorded as not submitted, with the figures that decided it.
+- "final": nothing is submitted while the loop runs; at the end the best trial by valid score is submitted once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Literal, cast
+
+from agent.graph import LoopState
+from agent.proposers.base import TrialRecord
+from agent.resources import RunResources
+from agent.validation import (
+    BASE_ID,
+    Validation,
+    load_validation,
+    paired_gain_low,
+    valid_samples,
+    validate,
+    validation_file,
+)
+from grader.config import EvalConfig
+
+SubmitPolicy = Literal["all", "improved", "final"]
+
+
+def beats_beyond_noise(new: Validation, ref: Validation) -> tuple[bool, str]:
+    """(whether `new` is better than `ref` beyond noise, the figures that say so)."""
+    if new.ci_low > ref.score:
+        return True, f"valid CI low {new.ci_low:.3f} above {ref.score:.3f}"
+    gain = paired_gain_low(new, ref)
+    if gain is not None and gain > 0:
+        return True, f"paired gain over the reference at least {gain:+.3f}"
+    paired = "" if gain is None else f", paired gain low {gain:+.3f}"
+    return False, f"valid {new.text()} not above {ref.score:.3f}{paired}"
+
+
+def should_submit(
+    policy: SubmitPolicy, new: Validation | None, ref: Validation | None, ref_name: str
+) -> tuple[bool, str]:
+    """(submit now?, why). Without a validation (it failed) or a reference, "improved" submits: no evidence
+    against the checkpoint is not evidence for skipping it."""
+    if policy == "all":
+        return True, "submit=all"
+    if policy == "final":
+        return False, "not submitted yet: submit=final sends only the best by valid score at the end"
+    if new is None or ref is None:
+        return True, "no valid score to compare"
+    better, why = beats_beyond_noise(new, ref)
+    if better:
+        return True, f"{why} ({ref_name})"
+    return False, f"not submitted: {why} (best so far: {ref_name})"
+
+
+def best_by_valid(trials: list[TrialRecord], *, submitted: bool | None = None) -> TrialRecord | None:
+    """The succeeded trial with the highest valid score (ties: the earlier one); `submitted` True/False limits it
+    to trials that were / were not graded. Flagged and duplicate submissions never count as best."""
+    best: TrialRecord | None = None
+    for trial in trials:
+        if trial.status != "succeeded" or trial.valid_score is None:
+            continue
+        graded = trial.submission_id is not None or trial.score is not None
+        if submitted is not None and graded != submitted:
+            continue
+        if trial.grading.get("flags") or trial.grading.get("duplicate_of"):
+            continue
+        if best is None or trial.valid_score > (best.valid_score or 0.0):
+            best = trial
+    return best
+
+
+class Screened(RunResources):
+    """The loop's validation step and submission policy over one run's resources (`agent.runner.Research`)."""
+
+    def eval_config(self) -> EvalConfig:
+        """The grader's decoding and batching (agent.grading builds its EvalConfig from the same two settings)."""
+        return EvalConfig(batch_size=self.config.eval_batch_size)
+
+    def validation_of(self, name: str, checkpoint: Path, *, reuse: bool = False) -> Validation | None:
+        """`checkpoint` scored on the valid split into trials/<name>/validation.json (None, with a warning, when
+        it cannot be scored). `reuse`: an earlier file for the same name stands (the base model's, on resume)."""
+        out = validation_file(self.paths.trials_dir, name)
+        if reuse and (earlier := load_validation(out)) is not None:
+            return earlier
+        try:
+            with self.reporter.watching(f"{name} validation"):
+                return validate(
+                    checkpoint,
+                    base_model=self.base_model,
+                    samples=valid_samples(self.benchmark),
+                    benchmark=self.benchmark,
+                    config=self.eval_config(),
+                    out=out,
+                )
+        except Exception as exc:  # noqa: BLE001 - a checkpoint that cannot be validated is graded as before
+            self.reporter.warn(f"{name}: validation failed ({type(exc).__name__}: {str(exc)[:200]})")
+            return None
+
+    def baseline_validation(self) -> dict[str, Any] | None:
+        """The base model's valid score, computed once per run (cached in trials/base/validation.json)."""
+        result = self.validation_of(BASE_ID, self.base_model, reuse=True)
+        if result is None:
+            return None
+        self.reporter.info(f"[bold]baseline[/bold] {result.text()} on the public valid split (n={result.n})")
+        return {"score": result.score, "n": result.n, "ci_low": result.ci_low, "ci_high": result.ci_high}
+
+    def reference(self, state: LoopState) -> tuple[Validation | None, str]:
+        """What a new checkpoint must beat under submit=improved: the best submitted trial by valid score, or the
+        base model while nothing has been submitted."""
+        best = best_by_valid(self.trials(state), submitted=True)
+        if best is not None and best.valid_score is not None:
+            found = load_validation(validation_file(self.paths.trials_dir, best.trial_id))
+            fallback = Validation(
+                score=best.valid_score,
+                n=best.valid_n or 0,
+                ci_low=best.valid_ci_low or best.valid_score,
+                ci_high=best.valid_ci_high or best.valid_score,
+            )
+            return found or fallback, f"{best.trial_id} valid {best.valid_score:.3f}"
+        base = state.get("baseline_valid")
+        if not base:
+            return None, "no reference"
+        found = load_validation(validation_file(self.paths.trials_dir, BASE_ID))
+        return found or Validation.model_validate(base), f"base model valid {base['score']:.3f}"
+
+    def validate(self, state: LoopState) -> dict[str, Any]:
+        """Score the trial's checkpoint on the valid split, then let the submission policy decide on it."""
+        record = TrialRecord.model_validate(state["current"])
+        assert record.checkpoint is not None
+        result = self.validation_of(record.trial_id, self.paths.workspace / record.checkpoint)
+        if result is not None:
+            record.valid_score, record.valid_n = result.score, result.n
+            record.valid_ci_low, record.valid_ci_high = result.ci_low, result.ci_high
+        ref, ref_name = self.reference(state)
+        go, why = should_submit(self.config.submit, result, ref, ref_name)
+        record.submission_note = why
+        shown = f"valid {result.text()} (n={result.n})" if result is not None else "no valid score"
+        self.reporter.info(f"    {shown}: {'submitting' if go else why}")
+        parent = state.get("mlflow_parent")
+        if (
+            parent
+            and result is not None
+            and not self.tracker.has_metric_at(parent, "valid_score", record.index)
+        ):
+            self.tracker.log_metrics(parent, {"valid_score": result.score}, step=record.index)
+        return {"current": record.model_dump(mode="json"), "submit_now": go}
+
+    def submit_final(
+        self, state: LoopState, submit: Callable[[LoopState], dict[str, Any]]
+    ) -> tuple[LoopState, dict[str, Any]]:
+        """submit=final: the best trial by valid score goes to the grader once, at the end (`submit` is the loop's
+        submit node; a resumed run finds the earlier grading instead of submitting again). Returns the state with
+        that trial's grading, the run's best and its submission count filled in, and those keys alone."""
+        if self.config.submit != "final":
+            return state, {}
+        trials = self.trials(state)
+        best = best_by_valid(trials)
+        if best is None or best.score is not None:
+            return state, {}
+        graded = TrialRecord.model_validate(
+            submit({**state, "current": best.model_dump(mode="json")})["current"]
+        )
+        graded.submission_note = "submitted at the end: the best trial by valid score (submit=final)"
+        update: dict[str, Any] = {
+            "trials": [
+                (graded if t.trial_id == graded.trial_id else t).model_dump(mode="json") for t in trials
+            ]
+        }
+        if graded.score is not None:
+            update["scores"] = [*state.get("scores", []), graded.score]
+            update["submissions"] = int(graded.grading.get("total_submissions", len(update["scores"])))
+            if not graded.grading.get("flags"):
+                update["best_score"], update["best_trial_id"] = graded.score, graded.trial_id
+            self.reporter.info(
+                f"    [bold]final submission[/bold] {graded.trial_id} (best valid {graded.valid_score:.3f}): "
+                f"{graded.score:.3f} on the public test half"
+            )
+        return cast(LoopState, {**state, **update}), update

@@ -1,0 +1,162 @@
+"""Free validation: a trial's checkpoint scored on the workspace's public `valid` split, before the grader sees it.
+
+The split is the one the agent already holds (`data/valid.jsonl`), never the hidden test set, so scoring on it costs
+no submission. It runs host-side with the grader's own pieces: the checkpoint is inspected and loaded the grader's
+safe way (`grader.checkpoint`: no remote code, pickle-free weights, LoRA merged onto the base), the base model's
+tokenizer is used, and generation goes through the grader's engine with its batching and stop strings
+(`grader.engines`, `grader.evaluation.build_prompts`), under the run's `EvalConfig` with the grader's batch size. The
+per-sample results go to `trials/<trial_id>/validation.json` (the base model's to `trials/base/validation.json`):
+
+    {"score", "n", "ci_low", "ci_high", "samples": [{"id", "prompt", "expected", "got", "correct"}]}
+
+Multi-turn games keep their valid split as single turns (an expert's moves): each is scored as one reply with the
+benchmark's rule (any optimal move counts), not played as a game.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from grader.benchmarks.base import Benchmark, Sample
+from grader.config import EvalConfig
+from grader.stats import bootstrap_ci
+from tasks.answers import cut_at_stop
+from tasks.atomic import atomic_write_json
+
+VALID_LIMIT = (
+    500  # samples of the valid split scored per checkpoint (the first ones, the same for every trial)
+)
+BASE_ID = "base"  # the folder under trials/ that holds the base model's validation.json
+CEILING = 0.99  # a valid CI lower bound at or above this: the score cannot rise beyond noise
+
+
+class ValidSample(BaseModel):
+    id: str
+    prompt: str
+    expected: str
+    got: str
+    correct: float
+
+
+class Validation(BaseModel):
+    """One checkpoint's score on the valid split, with its bootstrap CI and every sample's answer."""
+
+    score: float
+    n: int
+    ci_low: float
+    ci_high: float
+    seconds: float = 0.0
+    samples: list[ValidSample] = Field(default_factory=list)
+
+    def text(self) -> str:
+        return f"{self.score:.3f} [{self.ci_low:.3f},{self.ci_high:.3f}]"
+
+    def by_id(self) -> dict[str, float]:
+        return {s.id: s.correct for s in self.samples}
+
+
+def valid_samples(benchmark: Benchmark, limit: int | None = VALID_LIMIT) -> list[Sample]:
+    """The first `limit` samples of the benchmark's public valid split: the rows of the workspace's
+    data/valid.jsonl, with the fields a scorer may need besides id, prompt and answer (countdown's numbers)."""
+    samples = list(benchmark.load("valid"))
+    if not samples:
+        raise ValueError(f"the valid split of {benchmark.name} is empty; nothing to validate on")
+    return samples[:limit]
+
+
+def validation_file(trials_dir: Path, trial_id: str) -> Path:
+    return trials_dir / trial_id / "validation.json"
+
+
+def load_validation(path: Path) -> Validation | None:
+    """A validation.json written earlier, or None when there is none (or it cannot be read)."""
+    try:
+        return Validation.model_validate_json(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _load(checkpoint: Path, base_model: Path) -> Any:
+    """The model a submission of `checkpoint` would stand for, loaded exactly as the grader loads it."""
+    from grader.checkpoint import BaseModelReference, inspect_checkpoint, load_checkpoint
+    from grader.config import CheckpointLimits
+
+    reference = BaseModelReference.read(base_model.resolve())
+    info = inspect_checkpoint(checkpoint.resolve(), reference, CheckpointLimits())
+    return load_checkpoint(info, reference.path)
+
+
+def validate(
+    checkpoint: Path,
+    *,
+    base_model: Path,
+    samples: list[Sample],
+    benchmark: Benchmark,
+    config: EvalConfig,
+    out: Path | None = None,
+) -> Validation:
+    """Score `checkpoint` on `samples` with the grader's loader, engine and batching; write `out` when given.
+
+    Raises `grader.checkpoint.CheckpointError` for a folder the grader would refuse."""
+    from transformers import AutoTokenizer
+
+    from grader.engines import choose_engine, close_engine
+    from grader.evaluation import build_prompts
+
+    started = time.perf_counter()
+    model = _load(checkpoint, base_model)
+    tokenizer = AutoTokenizer.from_pretrained(str(base_model), trust_remote_code=False)
+    stop = list(benchmark.stop)
+    max_new = config.max_new_tokens or benchmark.max_new_tokens
+    spec = choose_engine(config)
+    with tempfile.TemporaryDirectory(prefix=f"valid-{spec.name}-") as scratch:
+        engine = spec.from_model(model, tokenizer, Path(scratch), config)
+        try:
+            prompts = build_prompts(benchmark, samples, config)
+            texts = engine.generate(prompts, max_new_tokens=max_new, stop=stop, config=config)
+        finally:
+            close_engine(engine)
+    rows = []
+    for sample, text in zip(samples, texts, strict=True):
+        got = cut_at_stop(text, stop)
+        rows.append(
+            ValidSample(
+                id=sample.id,
+                prompt=sample.prompt,
+                expected=sample.answer,
+                got=got,
+                correct=float(benchmark.score(got, sample)),
+            )
+        )
+    scores = [r.correct for r in rows]
+    low, high = bootstrap_ci(scores, resamples=config.bootstrap_resamples, seed=config.seed)
+    result = Validation(
+        score=sum(scores) / len(scores),
+        n=len(scores),
+        ci_low=low,
+        ci_high=high,
+        seconds=round(time.perf_counter() - started, 3),
+        samples=rows,
+    )
+    if out is not None:
+        atomic_write_json(out, result.model_dump(mode="json"))
+    return result
+
+
+def paired_gain_low(
+    new: Validation, ref: Validation, *, resamples: int = 1000, seed: int = 0
+) -> float | None:
+    """The 95% bootstrap lower bound of `new`'s mean gain over `ref` on the samples both scored (paired by id), or
+    None when they share no sample. Pairing removes the between-sample noise both scores carry."""
+    theirs = ref.by_id()
+    diffs = [s.correct - theirs[s.id] for s in new.samples if s.id in theirs]
+    if not diffs:
+        return None
+    if not any(diffs):
+        return 0.0
+    return bootstrap_ci(diffs, resamples=resamples, seed=seed)[0]
