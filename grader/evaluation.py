@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from pydantic import BaseModel, Field
 
-from grader.benchmarks.base import Benchmark, MultiTurnBenchmark, PromptFormatting, Sample
+from grader.benchmarks.base import BatchScoring, Benchmark, MultiTurnBenchmark, PromptFormatting, Sample
 from grader.config import EvalConfig
 from grader.engines import (
     ENGINES,
@@ -158,10 +158,11 @@ def run_evaluation(
         completions = engine.generate(
             prompts, max_new_tokens=max_new, stop=list(benchmark.stop), config=config
         )
-        scores = [
-            float(benchmark.score(cut_at_stop(text, benchmark.stop), sample))
-            for text, sample in zip(completions, chosen, strict=True)
-        ]
+        cut = [cut_at_stop(text, benchmark.stop) for text in completions]
+        if isinstance(benchmark, BatchScoring):  # e.g. code execution: one sandbox for the whole batch
+            scores = [float(x) for x in benchmark.score_batch(cut, chosen)]
+        else:
+            scores = [float(benchmark.score(text, s)) for text, s in zip(cut, chosen, strict=True)]
     seconds = time.perf_counter() - start
     low, high = bootstrap_ci(scores, resamples=config.bootstrap_resamples, seed=config.seed)
     return EvalResult(

@@ -7,7 +7,8 @@ trainer image ships, refuses it with `HeldOutSplitError`.
 from __future__ import annotations
 
 import hashlib
-from typing import Literal, Protocol, runtime_checkable
+from collections.abc import Sequence
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, Field
 
@@ -70,6 +71,16 @@ class Benchmark(Protocol):
 
 
 @runtime_checkable
+class BatchScoring(Protocol):
+    """Optional: score a whole evaluation at once (a benchmark that executes code starts one sandbox per batch,
+    not one per sample). The grader uses it instead of `score` where a benchmark has it; the results must agree."""
+
+    def score_batch(self, completions: Sequence[str], samples: Sequence[Sample]) -> list[float]:
+        """`score(completions[i], samples[i])` for every i, in order."""
+        ...
+
+
+@runtime_checkable
 class PromptFormatting(Protocol):
     """Optional: a benchmark with more than one way to ask (zero-shot, chain-of-thought, few-shot).
 
@@ -80,6 +91,20 @@ class PromptFormatting(Protocol):
 
     def format_prompt(self, sample: Sample, prompt_format: str, exemplars: list[Sample]) -> str:
         """The text the model sees for `sample`; `exemplars` come from the train split."""
+        ...
+
+
+@runtime_checkable
+class SourceRecords(Protocol):
+    """Optional: the dataset's own records of a public split, in its own fields (GSM8K: `question` and `answer`
+    with the worked solution ending in `#### N`), one per `load(split)` sample and in the same order.
+
+    External agents written for AutoRL-Bench read these from `$DATA_PATH/train.jsonl`; benchmarks without it are
+    handed their normalised `{"id", "prompt", "answer"}` records instead.
+    """
+
+    def source_records(self, split: Split) -> list[dict[str, Any]]:
+        """The split's records as the dataset itself lays them out (train and valid only)."""
         ...
 
 

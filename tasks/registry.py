@@ -39,6 +39,7 @@ from tasks.base import Benchmark, Sample, Split, public_split
 from tasks.countdown import CountdownBenchmark
 from tasks.frozenlake import FrozenLakeBenchmark
 from tasks.gsm8k import GSM8KBenchmark
+from tasks.humaneval import HumanEvalBenchmark
 from tasks.sokoban import SokobanBenchmark
 
 log = logging.getLogger(__name__)
@@ -51,6 +52,7 @@ BUILTINS: dict[str, Callable[[], Benchmark]] = {
     "countdown": CountdownBenchmark,
     "frozenlake": FrozenLakeBenchmark,
     "sokoban": SokobanBenchmark,
+    "humaneval": HumanEvalBenchmark,
 }
 
 Source = Literal["builtin", "entry point", "path"]

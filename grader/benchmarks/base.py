@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from tasks.base import (
+    BatchScoring,
     Benchmark,
     Game,
     HeldOutSplitError,
@@ -15,6 +16,7 @@ from tasks.base import (
 )
 
 __all__ = [
+    "BatchScoring",
     "Benchmark",
     "Game",
     "HeldOutSplitError",

@@ -14,6 +14,7 @@ from grader.benchmarks.arith import ArithBenchmark
 from grader.benchmarks.countdown import CountdownBenchmark
 from grader.benchmarks.frozenlake import FrozenLakeBenchmark
 from grader.benchmarks.gsm8k import GSM8KBenchmark
+from grader.benchmarks.humaneval import HumanEvalBenchmark
 from grader.benchmarks.secret import DEFAULT_TEST_SEED
 from grader.benchmarks.sokoban import SokobanBenchmark
 from tasks.base import Benchmark, Sample, Split
@@ -55,6 +56,7 @@ BUILTINS: dict[str, Callable[..., Any]] = {
     "countdown": CountdownBenchmark,
     "frozenlake": FrozenLakeBenchmark,
     "sokoban": SokobanBenchmark,
+    "humaneval": HumanEvalBenchmark,
 }
 
 

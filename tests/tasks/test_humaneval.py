@@ -1,0 +1,95 @@
+"""HumanEval's public half: splits of problems 0-81, the dataset's own records, and scoring inside a trial."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from tasks import HeldOutSplitError, get_benchmark
+from tasks.humaneval import FIELDS, HumanEvalBenchmark, all_records
+from tasks.programs import Limits, run_program
+from trainers.rewards import benchmark_scorer
+
+
+@pytest.fixture(scope="module")
+def bench() -> HumanEvalBenchmark:
+    found = get_benchmark("humaneval")
+    assert isinstance(found, HumanEvalBenchmark)
+    return found
+
+
+def test_train_and_valid_split_the_first_82_problems(bench: HumanEvalBenchmark) -> None:
+    train, valid = bench.load("train"), bench.load("valid")
+    assert (len(train), len(valid)) == (70, 12)
+    ids = [s.id for s in train] + [s.id for s in valid]
+    assert sorted(ids) == sorted(f"humaneval-{i}" for i in range(82))
+    assert [s.id for s in bench.load("valid")] == [s.id for s in valid]  # fixed, not drawn per call
+    first = train[0]
+    record = all_records()[int(first.id.rsplit("-", 1)[1])]
+    assert first.prompt == record["prompt"] and first.answer == record["canonical_solution"]
+    assert first.meta["test"] == record["test"] and first.meta["entry_point"] == record["entry_point"]
+    with pytest.raises(HeldOutSplitError, match="held by the grader only"):
+        bench.load("test")
+
+
+def test_source_records_are_the_datasets_own_in_load_order(bench: HumanEvalBenchmark) -> None:
+    for split in ("train", "valid"):
+        records, samples = bench.source_records(split), bench.load(split)  # type: ignore[arg-type]
+        assert [tuple(r) for r in records] == [FIELDS] * len(samples)
+        assert [r["prompt"] for r in records] == [s.prompt for s in samples]
+        assert all(int(r["task_id"].split("/")[1]) < 82 for r in records)
+    with pytest.raises(HeldOutSplitError):
+        bench.source_records("test")
+
+
+def test_canonical_solutions_pass_and_pass_fails_also_as_a_reward(bench: HumanEvalBenchmark) -> None:
+    valid = bench.load("valid")
+    assert bench.score_batch([s.answer for s in valid], valid) == [1.0] * 12
+    assert bench.score_batch(["    pass\n"] * 12, valid) == [0.0] * 12
+    # a reward function sees only prompt and answer (the workspace's columns); the problem is still found
+    reward = benchmark_scorer("humaneval")
+    prompts, answers = [valid[0].prompt, valid[1].prompt], [valid[0].answer, valid[1].answer]
+    assert reward(prompts, [valid[0].answer, "    return None\n"], answers) == [1.0, 0.0]
+
+
+def test_a_program_that_runs_to_its_end_passes_and_shortcuts_do_not() -> None:
+    limits = Limits(timeout_s=2.0, memory_mb=512)
+    assert run_program("print('x' * 10)\nassert 1 + 1 == 2\n", limits).passed
+    for shortcut in ("import os\nos._exit(0)\nassert False\n", "import sys\nsys.exit(0)\nassert False\n"):
+        outcome = run_program(shortcut, limits)
+        assert (outcome.status, outcome.detail) == ("failed", "exited before the end of the program")
+    assert run_program("x = bytearray(2 * 2**30)\n", limits).status == "out of memory"
+
+
+def test_a_runaway_program_is_stopped_and_leaves_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the programs' folders are made here
+    marker = f"rlloop-test-{os.getpid()}-{time.monotonic_ns()}"
+    forks = (
+        "import subprocess, sys\n"
+        f"subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)  # {marker}'],"
+        " start_new_session=True)\n"
+        "open('left-behind.txt', 'w').write('x')\n"
+        "while True:\n    pass\n"
+    )
+    start = time.monotonic()
+    outcome = run_program(forks, Limits(timeout_s=1.0, memory_mb=512))
+    assert outcome.status == "timed out" and time.monotonic() - start < 4.0
+    assert list(tmp_path.iterdir()) == []
+    assert not [p for p in _cmdlines() if marker in p]
+
+
+def _cmdlines() -> list[str]:
+    found = []
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                found.append(Path(f"/proc/{entry.name}/cmdline").read_bytes().decode(errors="replace"))
+            except OSError:
+                continue
+    return found
