@@ -43,6 +43,10 @@ class TrainerConfig(BaseModel):
     )
     lora_r: int = Field(default=16, description="LoRA rank (with lora=true).")
     lora_alpha: int = Field(default=32, description="LoRA scaling alpha (with lora=true).")
+    gradient_checkpointing: bool = Field(
+        default=False,
+        description="Recompute activations in the backward pass: less memory for bigger models, about 30% slower.",
+    )
     extra: dict[str, object] = Field(
         default_factory=dict,
         description="Free-form notes carried along with the config; no recipe reads them.",

@@ -20,6 +20,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from tasks.atomic import atomic_write_json, atomic_write_lines
 from trainers.config import TrainerConfig
+from trainers.device import dtype_name, model_placement
 from trainers.result import REWARD_WINDOW, TrainResult
 from trainers.runtime import TrainedRun, log
 
@@ -98,6 +99,7 @@ def finish_run(
     """
     output_dir = Path(config.output_dir)
     plain, merged = plain_model(model)
+    where = model_placement(plain)  # before the move to CPU for saving: where training really ran
     save_checkpoint(plain.cpu(), tokenizer, output_dir)
     atomic_write_lines(output_dir / LOG_HISTORY_FILE, (json.dumps(row, default=str) for row in history))
     rewards = logged(history, reward_key)
@@ -119,13 +121,15 @@ def finish_run(
         reward_first=mean_or_none(rewards[:REWARD_WINDOW]),
         stopped_early=stopped_early,
         lora_merged=merged or config.lora,  # a LoRA run's adapters are merged before saving, here or earlier
+        device=str(where.device),
+        dtype=dtype_name(where.dtype),
         extra={key: float(value) for key, value in figures.items() if value is not None},
     )
     shutil.rmtree(output_dir / STAGING_DIR, ignore_errors=True)
     atomic_write_json(output_dir / METRICS_FILE, result.model_dump(mode="json"))
     log(
-        f"{recipe}: done, {steps} steps in {train_seconds:.1f}s, train_loss {result.train_loss}, "
-        f"reward {result.reward_mean}; checkpoint in {output_dir}"
+        f"{recipe}: done, {steps} steps in {train_seconds:.1f}s on {where.describe()}, train_loss "
+        f"{result.train_loss}, reward {result.reward_mean}; checkpoint in {output_dir}"
     )
     return result
 

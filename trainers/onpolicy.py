@@ -18,10 +18,10 @@ from typing import Any, Generic, Literal, TypeVar
 
 import torch
 from pydantic import Field, model_validator
-from transformers import AutoModelForCausalLM, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from tasks import Sample, get_benchmark
-from trainers import losses, runtime
+from trainers import device, losses, runtime
 from trainers.config import TrainerConfig
 from trainers.data import read_jsonl
 from trainers.finish import finish_run, prepare_output_dir
@@ -80,8 +80,11 @@ def load_samples(path: Path, limit: int | None = None) -> list[Sample]:
 
 
 def load_policy(config: TrainerConfig) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """The trainable model (wrapped with LoRA adapters when `config.lora`) and its tokenizer."""
+    """The trainable model on `trainers.device`'s device and dtype (wrapped with LoRA adapters when `config.lora`,
+    with gradient checkpointing when asked) and its tokenizer."""
     model, tokenizer = runtime.load_model_and_tokenizer(Path(config.model_path))
+    if config.gradient_checkpointing:
+        device.enable_gradient_checkpointing(model)
     lora = runtime.peft_config(config)
     if lora is not None:
         from peft import get_peft_model
@@ -92,8 +95,8 @@ def load_policy(config: TrainerConfig) -> tuple[PreTrainedModel, PreTrainedToken
 
 
 def load_frozen(path: Path) -> PreTrainedModel:
-    """A frozen copy of a checkpoint (the OPCD teacher), in eval mode with no gradients."""
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    """A frozen copy of a checkpoint (the OPCD teacher) beside the policy, in eval mode with no gradients."""
+    model = device.load_causal_lm(path)
     model.eval()
     model.requires_grad_(False)
     return model
@@ -145,16 +148,21 @@ def _completion_mask(completion_ids: torch.Tensor, eos_token_id: int | None) -> 
 
 
 def encode_prompts(
-    tokenizer: PreTrainedTokenizerBase, prompts: Sequence[str]
+    tokenizer: PreTrainedTokenizerBase, prompts: Sequence[str], on: torch.device | str = "cpu"
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Left-padded prompt ids and attention mask."""
+    """Left-padded prompt ids and attention mask, on device `on`."""
     previous = tokenizer.padding_side
     tokenizer.padding_side = "left"
     try:
         enc = tokenizer(list(prompts), return_tensors="pt", padding=True)
     finally:
         tokenizer.padding_side = previous
-    return enc["input_ids"], enc["attention_mask"]
+    return enc["input_ids"].to(on), enc["attention_mask"].to(on)
+
+
+def device_of(model: torch.nn.Module) -> torch.device:
+    """The device `model`'s weights are on: where its inputs, rewards and advantages must be made."""
+    return next(model.parameters()).device
 
 
 @torch.no_grad()
@@ -171,7 +179,7 @@ def sample(
     was_training = model.training
     model.eval()
     try:
-        ids, mask = encode_prompts(tokenizer, prompts)
+        ids, mask = encode_prompts(tokenizer, prompts, device_of(model))
         generated = model.generate(  # type: ignore[operator]
             input_ids=ids,
             attention_mask=mask,
@@ -203,8 +211,8 @@ def with_prompts(
     completion_ids: torch.Tensor,
     completion_mask: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The same completions behind different prompts (e.g. context + prompt for a teacher)."""
-    ids, mask = encode_prompts(tokenizer, prompts)
+    """The same completions behind different prompts (e.g. context + prompt for a teacher), on their device."""
+    ids, mask = encode_prompts(tokenizer, prompts, completion_ids.device)
     return torch.cat([ids, completion_ids], dim=1), torch.cat([mask, completion_mask], dim=1)
 
 
@@ -253,7 +261,7 @@ def policy_gradient_step(
     )
     loss = losses.policy_gradient_loss(
         token_logprobs(logits, rollout.completion_ids),
-        advantages,
+        advantages.to(logits.device),
         rollout.completion_mask,
         normaliser=normaliser,
     )

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from tasks import Benchmark, Sample, get_benchmark
 from trainers.rewards import cut_at_stop
@@ -36,7 +36,7 @@ def greedy_completions(
     try:
         for start in range(0, len(prompts), batch_size):
             chunk = list(prompts[start : start + batch_size])
-            enc = tokenizer(chunk, return_tensors="pt", padding=True)
+            enc = tokenizer(chunk, return_tensors="pt", padding=True).to(next(model.parameters()).device)
             generated = model.generate(  # type: ignore[operator]
                 **enc,
                 max_new_tokens=max_new_tokens,
@@ -84,6 +84,8 @@ def checkpoint_accuracy(
     samples = benchmark.load(split)  # type: ignore[arg-type]
     if limit is not None:
         samples = samples[:limit]
+    from trainers.device import load_causal_lm
+
     tokenizer = AutoTokenizer.from_pretrained(model_path)
-    model = AutoModelForCausalLM.from_pretrained(model_path)
+    model = load_causal_lm(model_path)
     return accuracy(model, tokenizer, samples, benchmark)

@@ -40,6 +40,12 @@ class TrainResult(BaseModel):
     lora_merged: bool = Field(
         default=False, description="True when LoRA adapters were merged into the checkpoint."
     )
+    device: str | None = Field(
+        default=None, description="Where the trained weights were (cpu, cuda:0): trainers.device's choice."
+    )
+    dtype: str | None = Field(
+        default=None, description="The dtype the trained weights were held in (bfloat16, float32)."
+    )
     extra: dict[str, float] = Field(
         default_factory=dict,
         description=(

@@ -1,5 +1,5 @@
-"""What every recipe run shares before it ends: seeding, loading, CPU-friendly TRL arguments, the time budget and
-progress lines. How a run ends (checkpoint, log history, metrics.json) is `trainers.finish`."""
+"""What every recipe run shares before it ends: seeding, loading (on `trainers.device`'s device and dtype), TRL
+arguments, the time budget and progress lines. How a run ends (checkpoint, log history, metrics.json) is `trainers.finish`."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ from typing import Any
 
 import torch
 from transformers import (
-    AutoModelForCausalLM,
     AutoTokenizer,
     PreTrainedModel,
     PreTrainedTokenizerBase,
@@ -21,6 +20,7 @@ from transformers import (
     TrainingArguments,
 )
 
+from trainers import device
 from trainers.config import TrainerConfig
 
 
@@ -112,8 +112,9 @@ class ProgressCallback(TrainerCallback):  # type: ignore[misc]
 
 
 def base_training_args(config: TrainerConfig, staging: Path) -> dict[str, Any]:
-    """TrainingArguments shared by every TRL recipe: CPU-safe, no reporting, no intermediate checkpoints."""
-    on_gpu = torch.cuda.is_available()
+    """TrainingArguments shared by every TRL recipe: the device and dtype of `trainers.device`, no reporting, no
+    intermediate checkpoints."""
+    where = device.placement()
     return {
         "output_dir": str(staging / "trainer"),
         "seed": config.seed,
@@ -126,16 +127,17 @@ def base_training_args(config: TrainerConfig, staging: Path) -> dict[str, Any]:
         "save_strategy": "no",
         "report_to": "none",
         "dataloader_num_workers": 0,
-        "dataloader_pin_memory": on_gpu,
-        "bf16": on_gpu and torch.cuda.is_bf16_supported(),
-        "fp16": False,
-        "use_cpu": not on_gpu,
+        "dataloader_pin_memory": where.on_gpu,
+        "bf16": where.dtype == torch.bfloat16,
+        "fp16": where.dtype == torch.float16,
+        "use_cpu": not where.on_gpu,
         "disable_tqdm": True,
+        **(device.checkpointing_args() if config.gradient_checkpointing else {}),
     }
 
 
 def load_model_and_tokenizer(model_path: Path) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """The starting checkpoint, in float32 on CPU (TRL moves it to the accelerator when there is one)."""
+    """The starting checkpoint on this process's device, in its dtype (`trainers.device`), and its tokenizer."""
     if not (model_path / "config.json").is_file():
         raise FileNotFoundError(
             f"model_path {model_path} is not a Hugging Face checkpoint (no config.json); "
@@ -144,7 +146,9 @@ def load_model_and_tokenizer(model_path: Path) -> tuple[PreTrainedModel, PreTrai
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+    where = device.placement()
+    model = device.load_causal_lm(model_path, where)
+    log(f"model on {where.describe()}")
     return model, tokenizer
 
 

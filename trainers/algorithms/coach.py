@@ -223,7 +223,7 @@ def _run_rl(config: CoachConfig, coach: Coach) -> TrainResult:
             max_new_tokens=max_new,
             temperature=config.temperature,
         )
-        rewards = torch.tensor(coach.score(batch, rollout.texts))
+        rewards = torch.tensor(coach.score(batch, rollout.texts), device=rollout.lengths.device)
         advantages = losses.group_advantages(rewards, group)
         loss = op.policy_gradient_step(
             student, optimizer, rollout, advantages, float(len(batch) * max_new), config.max_grad_norm

@@ -18,7 +18,7 @@ from pydantic import Field
 from transformers import AutoModelForSequenceClassification, PreTrainedModel, PreTrainedTokenizerBase
 
 from tasks import Sample
-from trainers import losses, runtime
+from trainers import device, losses, runtime
 from trainers import onpolicy as op
 from trainers.registry import Recipe, register_recipe
 from trainers.result import TrainResult
@@ -49,8 +49,9 @@ class GADConfig(op.OnPolicyConfig):
 
 
 def load_discriminator(path: Path, pad_token_id: int | None) -> PreTrainedModel:
-    """A sequence scorer: the backbone of `path` plus a scalar head read at the last non-padding token."""
-    model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=1, dtype=torch.float32)
+    """A sequence scorer: the backbone of `path` plus a scalar head read at the last non-padding token, beside the
+    student (`trainers.device`)."""
+    model = device.load_model(AutoModelForSequenceClassification, path, num_labels=1)
     if model.config.pad_token_id is None:
         model.config.pad_token_id = pad_token_id
     model.train()
@@ -58,9 +59,10 @@ def load_discriminator(path: Path, pad_token_id: int | None) -> PreTrainedModel:
 
 
 def teacher_completions(
-    tokenizer: PreTrainedTokenizerBase, responses: Sequence[str]
+    tokenizer: PreTrainedTokenizerBase, responses: Sequence[str], on: torch.device | str = "cpu"
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Right-padded response ids ending in EOS, and their mask, for placing after left-padded prompts."""
+    """Right-padded response ids ending in EOS, and their mask (on device `on`), for placing after left-padded
+    prompts."""
     eos = tokenizer.eos_token_id
     encoded = [
         tokenizer(r, add_special_tokens=False)["input_ids"] + ([eos] if eos is not None else [])
@@ -72,7 +74,7 @@ def teacher_completions(
     for row, seq in enumerate(encoded):
         ids[row, : len(seq)] = torch.tensor(seq)
         mask[row, : len(seq)] = 1
-    return ids, mask
+    return ids.to(on), mask.to(on)
 
 
 def score(
@@ -125,7 +127,7 @@ def run(config: GADConfig) -> TrainResult:
         warmup = step_number <= config.warmup_steps
         batch = next_batch()
         prompts = [s.prompt for s in batch]
-        t_ids, t_mask = teacher_completions(tokenizer, [s.answer for s in batch])
+        t_ids, t_mask = teacher_completions(tokenizer, [s.answer for s in batch], op.device_of(student))
         teacher_seq, teacher_attn = op.with_prompts(tokenizer, prompts, t_ids, t_mask)
         repeated = [p for p in prompts for _ in range(group)]
         rollout = op.sample(

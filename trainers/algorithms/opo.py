@@ -53,7 +53,7 @@ def run(config: OPOConfig) -> TrainResult:
             max_new_tokens=max_new,
             temperature=config.temperature,
         )
-        rewards = torch.tensor(reward_fn(rollout.texts, batch))
+        rewards = torch.tensor(reward_fn(rollout.texts, batch), device=rollout.lengths.device)
         advantages = losses.opo_advantages(rewards, rollout.lengths, config.num_generations)
         normaliser = float(len(batch) * max_new) if config.constant_normaliser else None
         loss = op.policy_gradient_step(
