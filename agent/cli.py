@@ -117,6 +117,9 @@ def run(
         str | None, typer.Option(help="`budget` approval threshold, e.g. 10m.")
     ] = None,
     min_submit_interval: Annotated[str | None, typer.Option(help="Minimum time between submissions.")] = None,
+    submit: Annotated[
+        str | None, typer.Option(help="Which checkpoints are graded: improved (default), final, all.")
+    ] = None,
     eval_batch_size: Annotated[int | None, typer.Option()] = None,
     agent_name: Annotated[str | None, typer.Option(help="Agent name in results.csv.")] = None,
     llm_max_usd: Annotated[
@@ -137,6 +140,15 @@ def run(
     smoke_timeout: Annotated[
         str | None, typer.Option(help="Limit of the smoke run of proposed code.")
     ] = None,
+    llm_max_tool_calls: Annotated[
+        int | None, typer.Option(help="Tool calls the driver LLM may make per proposal (0: none).")
+    ] = None,
+    llm_script_timeout: Annotated[
+        str | None, typer.Option(help="Limit of one script the driver LLM runs, e.g. 1m.")
+    ] = None,
+    memory: Annotated[
+        bool, typer.Option("--memory", help="Learn across runs: lessons per benchmark and base model.")
+    ] = False,
     mlflow_tracking_uri: Annotated[
         str | None, typer.Option(help="Default: sqlite:///<home>/mlflow.db.")
     ] = None,
@@ -150,6 +162,7 @@ def run(
     """Run a research loop: baseline, then propose -> train -> submit until --loop-n trials or --timeout."""
     flags = {k: v for k, v in locals().items() if k not in ("config",)}
     flags["quiet"] = quiet or None
+    flags["memory"] = memory or None
     _execute(build_config(config, flags))
 
 
@@ -271,27 +284,18 @@ def ui(
     home: Annotated[Path | None, typer.Option()] = None,
     port: Annotated[int, typer.Option()] = 5000,
     host: Annotated[str, typer.Option()] = "127.0.0.1",
+    workers: Annotated[
+        int, typer.Option(min=1, help="Server worker processes (one is plenty for one reviewer).")
+    ] = 1,
 ) -> None:
-    """Open the MLflow UI on the run store."""
-    root = _home(home).resolve()
-    uri = f"sqlite:///{root / 'mlflow.db'}"
-    console.print(f"MLflow UI for {uri} on http://{host}:{port}")
-    cmd = [
-        sys.executable,
-        "-m",
-        "mlflow",
-        "ui",
-        "--backend-store-uri",
-        uri,
-        "--host",
-        host,
-        "--port",
-        str(port),
-    ]
-    cmd += ["--default-artifact-root", (root / "mlartifacts").as_uri()]
+    """Open the MLflow UI on the run store: a lean server (one worker, no job runners)."""
     from agent.children import run_child
+    from agent.tracking import ui_command
 
-    raise typer.Exit(run_child(cmd))  # its server workers and job consumers stop with us
+    root = _home(home).resolve()
+    cmd, env = ui_command(root, host=host, port=port, workers=workers)
+    console.print(f"MLflow UI for sqlite:///{root / 'mlflow.db'} on http://{host}:{port}")
+    raise typer.Exit(run_child(cmd, env=env))  # its server worker stops with us
 
 
 grade_app = typer.Typer(no_args_is_help=True, help="The grading server on its own, for external agents.")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import Field, field_validator
@@ -77,6 +77,12 @@ class RunConfig(BaseSettings):
         None, ge=1, description="Cap on graded submissions (None: loop_n + 1)."
     )
     min_submit_interval: float = Field(0.0, ge=0, description="Minimum seconds between two submissions.")
+    submit: Literal["all", "improved", "final"] = Field(
+        "improved",
+        description="Which checkpoints go to the grader (agent.submission): improved = only one that beats the "
+        "best submitted one on the valid split beyond noise; final = the best by valid score, once, at the end; "
+        "all = every trained checkpoint.",
+    )
     public_fraction: float = Field(
         0.5,
         ge=0.0,
@@ -110,11 +116,28 @@ class RunConfig(BaseSettings):
         2, ge=0, le=10, description="Re-asks for malformed output or broken code."
     )
     smoke_timeout: float = Field(180.0, gt=0, description="Limit of the smoke run that checks proposed code.")
+    llm_max_tool_calls: int = Field(
+        8, ge=0, le=100, description="Tool calls (data, logs, scripts) the driver LLM may make per proposal."
+    )
+    llm_script_timeout: float = Field(
+        60.0, gt=0, description="Wall-time limit of one script the driver LLM runs in the sandbox (2m)."
+    )
+    memory: bool = Field(
+        False,
+        description="Keep lessons per benchmark and base model under RLLOOP_HOME/memory and give them to the next "
+        "run's proposer.",
+    )
     mlflow_tracking_uri: str | None = Field(None, description="Default: sqlite:///<home>/mlflow.db.")
     quiet: bool = False
 
     @field_validator(
-        "timeout", "trial_timeout", "min_submit_interval", "approval_budget_s", "smoke_timeout", mode="before"
+        "timeout",
+        "trial_timeout",
+        "min_submit_interval",
+        "approval_budget_s",
+        "smoke_timeout",
+        "llm_script_timeout",
+        mode="before",
     )
     @classmethod
     def _duration(cls, value: Any) -> Any:

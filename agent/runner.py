@@ -21,15 +21,18 @@ from agent.grading import GraderError
 from agent.graph import LoopState
 from agent.interrupts import failpoint
 from agent.llm.errors import LLMBudgetExhaustedError, LLMUnavailableError
-from agent.proposers.base import Proposal, ProposalContext, TrialRecord
+from agent.proposers.base import Proposal, ProposalContext, SearchDone, TrialRecord
 from agent.reporting import submission_flags
-from agent.resources import RunResources
 from agent.results import ResultRow
+from agent.submission import Screened
+from agent.tracking import traced_nodes
 from agent.trials import TrialSetupError, outcome
 
 
-class Research(RunResources):
-    """Implements the loop's nodes over one run's workspace, grader, sandbox, proposer and MLflow parent run."""
+@traced_nodes  # each node is an MLflow trace linked to its trial's run
+class Research(Screened):
+    """Implements the loop's nodes over one run's workspace, grader, sandbox, proposer and MLflow parent run
+    (validate, and the submission policy, come from `agent.submission.Screened`)."""
 
     # ---- routing -----------------------------------------------------------------------------------------------
     def stop_reason(self, state: LoopState) -> str | None:
@@ -37,6 +40,8 @@ class Research(RunResources):
             return "terminated by a reviewer"
         if state.get("halt"):
             return str(state["halt"])
+        if state.get("search_done"):
+            return str(state["search_done"])
         exhausted = self.budget.exhausted()
         if exhausted:
             return f"budget spent: {exhausted}"
@@ -76,6 +81,7 @@ class Research(RunResources):
         return {
             "baseline_score": float(score),
             "baseline": baseline,
+            "baseline_valid": self.baseline_validation(),
             "best_score": None,
             "best_trial_id": None,
             "trials": [],
@@ -98,6 +104,8 @@ class Research(RunResources):
             benchmark_description=self.benchmark.description,
             base_model=self.config.base_model,
             baseline_score=state.get("baseline_score"),
+            baseline_valid_score=(state.get("baseline_valid") or {}).get("score"),
+            baseline_valid_ci=_ci(state.get("baseline_valid")),
             best_score=state.get("best_score"),
             best_trial_id=state.get("best_trial_id"),
             trials=trials,
@@ -111,6 +119,8 @@ class Research(RunResources):
             base_model_path=str(self.base_model),
         )
         failpoint("propose", index)
+        if hasattr(self.proposer, "attach_run"):  # its tools, run log and memory (agent.proposers.llm)
+            self.proposer.attach_run(self, trial_id)
         try:
             proposal = self.proposer.propose(context)
         except (
@@ -119,6 +129,9 @@ class Research(RunResources):
         ) as exc:  # nothing more can be proposed: end cleanly
             self.reporter.error(f"{exc}")
             return {"current": None, "halt": f"proposer unavailable: {exc}"}
+        except SearchDone as exc:  # nothing left worth a trial: the run ends early, finished
+            self.reporter.info(f"[bold]stopping early[/bold]: {exc}")
+            return {"current": None, "search_done": f"search done: {exc}"}
         except Exception as exc:  # a bad proposal is a failed trial, not a crashed run
             self.reporter.error(f"{trial_id}: the {self.proposer.name} proposer failed: {exc}")
             failed = TrialRecord(
@@ -274,6 +287,7 @@ class Research(RunResources):
                     trial_dir / "config.json",
                     trial_dir / "train.py",
                     trial_dir / "proposal.json",
+                    trial_dir / "proposal_tools.jsonl",
                     trial_dir / "log.txt",
                     trial_dir / "output" / "metrics.json",
                 ],
@@ -296,8 +310,21 @@ class Research(RunResources):
             if state.get("halt")
             else "finished"
         )
-        final = self.finalize(state, success=status != "failed", status=status, reason=reason)
-        return {"status": status, "stop_reason": reason, "final": final, "used_s": self._spend(state)}
+        graded, update = self.submit_final(state, self.submit) if status != "failed" else (state, {})
+        final = self.finalize(graded, success=status != "failed", status=status, reason=reason)
+        if self.config.memory:  # lessons for the next run on this benchmark and base model (agent.memory)
+            from agent.memory import remember_run
+
+            c, trials = self.config, self.trials(graded)
+            baseline = graded.get("baseline_score")
+            remember_run(c.home, c.benchmark, c.base_model, self.paths.run_id, trials, baseline)
+        return {
+            **update,
+            "status": status,
+            "stop_reason": reason,
+            "final": final,
+            "used_s": self._spend(state),
+        }
 
     # ---- the end of a run ---------------------------------------------------------------------------------------
     def finalize(self, state: LoopState, *, success: bool, status: str, reason: str) -> dict[str, Any]:
@@ -335,6 +362,10 @@ class Research(RunResources):
         if parent:
             close_tracking(self.tracker, parent, row, self.paths, plot, status=status, reason=reason)
         return summary
+
+
+def _ci(summary: dict[str, Any] | None) -> tuple[float, float] | None:
+    return (summary["ci_low"], summary["ci_high"]) if summary else None
 
 
 def _recipes(allowed: str | None) -> list[str]:
