@@ -9,7 +9,7 @@ when the grader could not be read, the public numbers (`best_score`, `baseline_s
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -108,6 +108,22 @@ def close_tracking(
     tracker.finish(parent, row.success)
 
 
+def submission_summary(trials: Sequence[Mapping[str, Any]], policy: str) -> dict[str, Any]:
+    """summary.json's account of the submission policy: trials trained, how many went to the grader, and why each
+    checkpoint that was kept back was kept back."""
+    trained = [t for t in trials if t.get("status") == "succeeded"]
+    kept = [t for t in trained if t.get("score") is None and t.get("submission_id") is None]
+    return {
+        "submit_policy": policy,
+        "trials_trained": len(trained),
+        "trials_submitted": len(trained) - len(kept),
+        "not_submitted": [
+            {"trial_id": t["trial_id"], "valid_score": t.get("valid_score"), "note": t.get("submission_note")}
+            for t in kept
+        ],
+    }
+
+
 def interrupted_before_start(config: RunConfig, paths: RunPaths, reason: str) -> dict[str, Any]:
     """Interrupted before the loop began (building the model, starting up): still one results row."""
     row = ResultRow(
@@ -123,21 +139,45 @@ def interrupted_before_start(config: RunConfig, paths: RunPaths, reason: str) ->
     return summary
 
 
+def _num(value: float | None) -> str:
+    return "" if value is None else f"{value:.3f}"
+
+
+def _valid_text(summary: Mapping[str, Any]) -> str:
+    if summary.get("score") is None:
+        return ""
+    low, high = summary.get("ci_low"), summary.get("ci_high")
+    return f"{summary['score']:.3f}" + (
+        f" [{low:.3f},{high:.3f}]" if low is not None and high is not None else ""
+    )
+
+
 def print_summary(reporter: Reporter, values: Mapping[str, Any], summary: Mapping[str, Any]) -> None:
     """The end-of-run table of trials, the flagged submissions, and the verdict against the baseline."""
     from rich.table import Table
 
     table = Table(title=f"run {values.get('run_id', '')}: {summary.get('stop_reason', '')}")
-    for column in ("trial", "recipe", "from", "status", "score", "seconds"):
+    for column in ("trial", "recipe", "from", "operator", "status", "valid [95% CI]", "public", "seconds"):
         table.add_column(column)
+    base = values.get("baseline_valid") or {}
+    if base:
+        table.add_row("base", "", "", "", "", _valid_text(base), _num(values.get("baseline_score")), "")
     for t in values.get("trials", []):
-        score = t.get("score")
+        kept_back = t.get("status") == "succeeded" and t.get("score") is None
         table.add_row(
             t["trial_id"],
             t["proposal"]["recipe"],
             t["proposal"].get("init_from") or "base",
+            t["proposal"].get("operator") or "",
             t["status"],
-            "" if score is None else f"{score:.3f}",
+            _valid_text(
+                {
+                    "score": t.get("valid_score"),
+                    "ci_low": t.get("valid_ci_low"),
+                    "ci_high": t.get("valid_ci_high"),
+                }
+            ),
+            "not submitted" if kept_back else _num(t.get("score")),
             f"{t.get('duration_s', 0):.0f}",
         )
     reporter.console.print(table)
@@ -151,6 +191,9 @@ def print_summary(reporter: Reporter, values: Mapping[str, Any], summary: Mappin
             f"[bold]best {best:.3f}[/bold] ({values.get('best_trial_id')}) {verdict} the baseline {baseline:.3f} "
             f"by {gain:+.1f} points over {values.get('submissions', 0)} submissions"
         )
+    trained = sum(1 for t in values.get("trials", []) if t.get("status") == "succeeded")
+    if trained:
+        reporter.info(f"{values.get('submissions', 0)} of {trained} trained checkpoints went to the grader")
     else:
         reporter.info("no submission beat the baseline")
     grader = summary.get("grader") or {}

@@ -16,7 +16,14 @@ from langgraph.types import interrupt
 
 from agent import approvals
 from agent.codecheck import check_and_repair
-from agent.finish import FINISH_RESERVE_S, close_tracking, final_figures, read_final, write_ending
+from agent.finish import (
+    FINISH_RESERVE_S,
+    close_tracking,
+    final_figures,
+    read_final,
+    submission_summary,
+    write_ending,
+)
 from agent.grading import GraderError
 from agent.graph import LoopState
 from agent.interrupts import failpoint
@@ -356,7 +363,7 @@ class Research(Screened):
             reason=reason,
             scores=[float(s) for s in state.get("scores", [])],
             public_baseline=state.get("baseline_score"),
-            extra={"grader": final},
+            extra={"grader": final, **submission_summary(state.get("trials", []), self.config.submit)},
         )
         parent = state.get("mlflow_parent")
         if parent:
