@@ -57,10 +57,17 @@ def proposal_changes(proposal: Proposal, parent: Proposal | None) -> str:
 
 def _score_text(trial: TrialRecord, parent_score: float | None) -> str:
     if trial.score is None:
-        return "not scored"
-    text = f"score={trial.score:.4f}"
-    if parent_score is not None:
-        text += f" ({trial.score - parent_score:+.4f} vs parent)"
+        text = "not scored" if trial.valid_score is None else "not submitted"
+    else:
+        text = f"score={trial.score:.4f}"
+        if parent_score is not None:
+            text += f" ({trial.score - parent_score:+.4f} vs parent)"
+    if trial.valid_score is not None:  # the free score on the public valid split, with its 95% CI
+        text += (
+            f" valid={trial.valid_score:.4f} [{trial.valid_ci_low or 0:.4f},{trial.valid_ci_high or 0:.4f}]"
+        )
+        if trial.valid_n:
+            text += f" n={trial.valid_n}"
     return text
 
 
@@ -100,7 +107,8 @@ def render_trial_tree(
             if orphan:
                 lines.append(detail + f"(init_from {trial.proposal.init_from} is not a known trial)")
             changes = proposal_changes(trial.proposal, parent.proposal if parent else None)
-            lines.append(detail + ("changed: " if parent else "set: ") + changes)
+            operator = f"operator: {trial.proposal.operator}; "
+            lines.append(detail + operator + ("changed: " if parent else "set: ") + changes)
             lines.append(detail + "hypothesis: " + _clip(trial.proposal.hypothesis))
             if trial.train_metrics:
                 shown = sorted(trial.train_metrics.items())[:MAX_METRICS]

@@ -17,10 +17,31 @@ if TYPE_CHECKING:
 ProposerFactory = Callable[["RunConfig", "Budget"], "Proposer"]
 
 
+# what `builtin` (the default without a driver model) runs; measured in benchmarks/search_policy.py
+BUILTIN_POLICY = "tree"
+
+
 def _builtin(config: RunConfig, budget: Budget) -> Proposer:
+    policy = _greedy if BUILTIN_POLICY == "greedy" else _tree
+    return policy(config, budget, "builtin")
+
+
+def _greedy(config: RunConfig, budget: Budget, name: str = "greedy") -> Proposer:
     from agent.proposers.builtin import BuiltinProposer
 
-    return BuiltinProposer(max_steps=config.trial_steps)
+    return BuiltinProposer(max_steps=config.trial_steps, name=name)
+
+
+def _tree(config: RunConfig, budget: Budget, name: str = "tree") -> Proposer:
+    from agent.proposers.tree import TreeProposer
+
+    return TreeProposer(max_steps=config.trial_steps, name=name)
+
+
+def _random(config: RunConfig, budget: Budget) -> Proposer:
+    from agent.proposers.random_search import RandomProposer
+
+    return RandomProposer(max_steps=config.trial_steps)
 
 
 def _llm(config: RunConfig, budget: Budget) -> Proposer:
@@ -31,11 +52,15 @@ def _llm(config: RunConfig, budget: Budget) -> Proposer:
         budget=budget,
         price_file=config.llm_price_file,
         max_repair_attempts=config.llm_max_repair_attempts,
+        max_tool_calls=config.llm_max_tool_calls,
     )
 
 
 def _register_builtins() -> None:
     PROPOSERS.register("builtin", _builtin)
+    PROPOSERS.register("greedy", _greedy)
+    PROPOSERS.register("tree", _tree)
+    PROPOSERS.register("random", _random)
     PROPOSERS.register("llm", _llm)
 
 

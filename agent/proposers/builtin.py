@@ -75,6 +75,19 @@ def _stall_count(trials: list[TrialRecord], baseline: float | None) -> int:
     return stall
 
 
+def trial_budget(context: ProposalContext, max_steps: int | None) -> tuple[float, dict[str, float | int]]:
+    """(seconds for the next trial, its budget hyperparameters): a fixed step count when `max_steps` is set
+    (reproducible), else a share of the time left, time-boxed. Every built-in policy spends compute the same way."""
+    per_trial = context.seconds_left / max(context.trials_left, 1) - EVAL_RESERVE_S
+    seconds = max(MIN_TRIAL_SECONDS, min(per_trial, MAX_TRIAL_SECONDS))
+    budget: dict[str, float | int] = {"seed": context.seed + len(context.trials)}
+    if max_steps is not None:
+        budget["max_steps"] = max_steps
+    else:
+        budget.update(max_seconds=round(seconds, 1), max_steps=TIME_BOXED_MAX_STEPS)
+    return seconds, budget
+
+
 def _lr(proposal: Proposal) -> float:
     return float(proposal.hyperparameters.get("learning_rate", DEFAULT_LR.get(proposal.recipe, 1e-4)))
 
@@ -84,7 +97,8 @@ class BuiltinProposer:
 
     name = "builtin"
 
-    def __init__(self, rl_after_stalls: int = 2, max_steps: int | None = None) -> None:
+    def __init__(self, rl_after_stalls: int = 2, max_steps: int | None = None, name: str = "builtin") -> None:
+        self.name = name
         self.rl_after_stalls = rl_after_stalls
         self.max_steps = max_steps  # fixed steps make trials reproducible; otherwise they are time-boxed
 
@@ -96,14 +110,7 @@ class BuiltinProposer:
         return supervised, [r for r in RL_CYCLE if r in allowed and r != supervised]
 
     def _budget(self, context: ProposalContext) -> tuple[float, dict[str, float | int]]:
-        per_trial = context.seconds_left / max(context.trials_left, 1) - EVAL_RESERVE_S
-        seconds = max(MIN_TRIAL_SECONDS, min(per_trial, MAX_TRIAL_SECONDS))
-        budget: dict[str, float | int] = {"seed": context.seed + len(context.trials)}
-        if self.max_steps is not None:
-            budget["max_steps"] = self.max_steps
-        else:
-            budget.update(max_seconds=round(seconds, 1), max_steps=TIME_BOXED_MAX_STEPS)
-        return seconds, budget
+        return trial_budget(context, self.max_steps)
 
     def propose(self, context: ProposalContext) -> Proposal:
         seconds, budget = self._budget(context)

@@ -1,0 +1,131 @@
+"""The search-tree policy on constructed trees of real TrialRecords: UCB on valid CIs, saturation, early stop."""
+
+from __future__ import annotations
+
+import pytest
+
+from agent.proposers.base import Proposal, ProposalContext, SearchDone, TrialRecord
+from agent.proposers.tree import TreeProposer, build_tree, ucb
+
+
+def _ctx(trials: list[TrialRecord], base: tuple[float, float, float] = (0.05, 0.03, 0.08)) -> ProposalContext:
+    return ProposalContext(
+        run_id="r",
+        benchmark="arith",
+        benchmark_description="d",
+        base_model="tiny-arith",
+        baseline_score=base[0],
+        baseline_valid_score=base[0],
+        baseline_valid_ci=(base[1], base[2]),
+        best_score=None,
+        best_trial_id=None,
+        trials=trials,
+        trials_left=8,
+        seconds_left=1200.0,
+        recipes=["sft", "grpo"],
+    )
+
+
+def _trial(
+    i: int,
+    valid: tuple[float, float, float] | None,
+    parent: str | None = None,
+    lr: float = 1e-3,
+    recipe: str = "sft",
+    status: str = "succeeded",
+) -> TrialRecord:
+    score, low, high = valid if valid else (None, None, None)
+    return TrialRecord(
+        trial_id=f"t{i:02d}",
+        index=i,
+        proposal=Proposal(
+            hypothesis="h", recipe=recipe, hyperparameters={"learning_rate": lr}, parent=parent
+        ),
+        status=status,  # type: ignore[arg-type]
+        checkpoint=f"trials/t{i:02d}/output" if status == "succeeded" else None,
+        valid_score=score,
+        valid_ci_low=low,
+        valid_ci_high=high,
+        error=None if status == "succeeded" else "exited with code 1",
+    )
+
+
+def test_first_trial_drafts_sft_from_the_base_model() -> None:
+    proposal = TreeProposer(max_steps=10).propose(_ctx([]))
+    assert (proposal.recipe, proposal.parent, proposal.init_from, proposal.operator) == (
+        "sft",
+        None,
+        None,
+        "draft",
+    )
+    assert proposal.hyperparameters["max_steps"] == 10
+
+
+def test_ucb_branches_from_a_runner_up_whose_ci_is_wide() -> None:
+    best = _trial(1, (0.80, 0.78, 0.82))
+    wide = _trial(2, (0.77, 0.60, 0.94), recipe="grpo", lr=1e-4)  # fewer samples, so a wide CI
+    child_of_best = _trial(3, (0.80, 0.78, 0.82), parent="t01", lr=7e-4)
+    context = _ctx([best, wide, child_of_best])
+    proposal = TreeProposer().propose(context)
+    assert proposal.parent == "t02", proposal.rationale
+    assert "runner-up" in proposal.rationale
+    # with the same CI width the best node wins: the choice is the CI, not an accident of order
+    narrow = _trial(2, (0.77, 0.75, 0.79), recipe="grpo", lr=1e-4)
+    assert TreeProposer().propose(_ctx([best, narrow, child_of_best])).parent in ("t01", "t03")
+
+
+def test_improvement_continues_from_the_new_best_with_an_annealed_rate() -> None:
+    proposal = TreeProposer().propose(_ctx([_trial(1, (0.6, 0.55, 0.65))]))
+    assert (proposal.parent, proposal.operator) == ("t01", "improve")
+    assert proposal.hyperparameters["learning_rate"] == pytest.approx(7e-4)
+
+
+def test_stops_early_at_the_ceiling() -> None:
+    trials = [_trial(1, (0.9, 0.86, 0.94)), _trial(2, (1.0, 1.0, 1.0), parent="t01", lr=7e-4)]
+    with pytest.raises(SearchDone, match="ceiling.*t02 1.000"):
+        TreeProposer().propose(_ctx(trials))
+
+
+def test_a_branch_without_gain_beyond_noise_in_k_children_is_closed() -> None:
+    root_child = _trial(1, (0.50, 0.45, 0.55))
+    flat = [_trial(i, (0.52, 0.47, 0.57), parent="t01", lr=lr) for i, lr in ((2, 7e-4), (3, 2e-3), (4, 3e-4))]
+    nodes = {n.id: n for n in build_tree(_ctx([root_child, *flat]))}
+    assert len(nodes["t01"].children) == 3
+    proposal = TreeProposer(k=3).propose(_ctx([root_child, *flat]))
+    assert proposal.parent != "t01"
+    assert "t01: 3 children, none beat 0.500 beyond noise" in proposal.rationale
+
+
+def test_run_ends_when_every_branch_is_done() -> None:
+    # one recipe, and every node has k=1 child that did not beat it: nothing is left to try
+    t1 = _trial(1, (0.04, 0.02, 0.06))
+    t2 = _trial(2, (0.04, 0.02, 0.06), parent="t01", lr=7e-4)
+    t3 = _trial(3, (0.03, 0.01, 0.05), parent="t02", lr=4.9e-4)
+    context = _ctx([t1, t2, t3]).model_copy(update={"recipes": ["sft"]})
+    with pytest.raises(SearchDone, match="every branch is done"):
+        TreeProposer(k=1).propose(context)
+
+
+def test_a_failed_trial_is_debugged_once_from_the_same_parent() -> None:
+    ok = _trial(1, (0.6, 0.55, 0.65))
+    failed = _trial(2, None, parent="t01", lr=7e-4, status="failed")
+    proposal = TreeProposer().propose(_ctx([ok, failed]))
+    assert (proposal.operator, proposal.parent) == ("debug", "t01")
+    assert proposal.hyperparameters["learning_rate"] == pytest.approx(3.5e-4)
+    debugged = _trial(3, None, parent="t01", lr=3.5e-4, status="failed")
+    debugged.proposal.operator = "debug"
+    assert TreeProposer().propose(_ctx([ok, failed, debugged])).operator != "debug"
+
+
+def test_ucb_bonus_shrinks_with_children() -> None:
+    nodes = {
+        n.id: n for n in build_tree(_ctx([_trial(1, (0.5, 0.4, 0.6)), _trial(2, (0.5, 0.4, 0.6), "t01")]))
+    }
+    assert ucb(nodes["t02"], 2) > ucb(nodes["t01"], 2)
+
+
+def test_parent_and_init_from_are_one_fact() -> None:
+    assert Proposal(hypothesis="h", recipe="sft", init_from="t01").parent == "t01"
+    assert Proposal(hypothesis="h", recipe="sft", parent="t01").init_from == "t01"
+    with pytest.raises(ValueError, match="differ"):
+        Proposal(hypothesis="h", recipe="sft", parent="t01", init_from="t02")
