@@ -1,14 +1,29 @@
-"""Resolve a base model name to a local HF checkpoint folder: built-in, local path, or hub id."""
+"""Resolve a base model name to a local HF checkpoint folder: built-in, local path, or hub id.
+
+Hub ids go through huggingface_hub's own cache (`snapshot_download`, online or with `HF_HUB_OFFLINE=1`), whose
+snapshot files are symlinks into the repo's `blobs/`. A trial mounts only the model folder, so a symlink into
+`blobs/` would dangle inside a container or mount namespace: the snapshot is resolved into RLLOOP_HOME/models/
+<org>--<name> as real files (hard links when the cache is on the same filesystem, else copies), and that plain
+folder is what trials and the grader read.
+"""
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
 BUILTIN_MODELS: dict[str, str] = {
     "tiny-arith": "A 0.34M-parameter Llama with a character tokenizer, trained briefly on arith (weak baseline).",
+    "tiny-chat": "A 1.5M-parameter Qwen2 with a byte-level BPE tokenizer and a ChatML chat template "
+    "(<|im_start|>/<|im_end|>, eos = <|im_end|>, pad = <|endoftext|>), pretrained briefly on train splits.",
 }
+# What a checkpoint needs from a hub repo (weights, configs, tokenizer, chat template); not README images etc.
+HUB_PATTERNS = ["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja", "tokenizer*"]
+SOURCE_FILE = "rlloop_source.json"
 
 
 class ModelNotFoundError(RuntimeError):
@@ -32,11 +47,71 @@ def _readable_by_sandboxes(path: Path) -> Path:
     return path
 
 
+def build_builtin(name: str, target: Path) -> Path:
+    """Build the built-in model `name` into `target`."""
+    if name == "tiny-chat":
+        from trainers.tiny_chat import build_tiny_chat
+
+        return build_tiny_chat(target)
+    from trainers.tiny import build_tiny_arith
+
+    return build_tiny_arith(target)
+
+
+def materialize_snapshot(snapshot: Path, target: Path, source: dict[str, str]) -> Path:
+    """Copy a hub snapshot (symlinks into blobs/) to `target` as real files, atomically (temp folder, rename)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        for item in sorted(snapshot.rglob("*")):
+            real = item.resolve()
+            dest = staging / item.relative_to(snapshot)
+            if real.is_dir():
+                dest.mkdir(parents=True, exist_ok=True)
+                continue
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                os.link(real, dest)
+            except OSError:  # another filesystem, or links not allowed: a plain copy
+                shutil.copyfile(real, dest)
+        (staging / SOURCE_FILE).write_text(json.dumps(source, indent=2) + "\n")
+        if target.exists():
+            shutil.rmtree(target)
+        os.replace(staging, target)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return target
+
+
+def from_hub(name: str, target: Path) -> Path:
+    """`name` through huggingface_hub's cache: downloaded when online, the cached snapshot under HF_HUB_OFFLINE=1."""
+    from huggingface_hub import snapshot_download
+
+    offline = os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in {"1", "true", "yes", "on"}
+    try:
+        snapshot = Path(snapshot_download(name, allow_patterns=HUB_PATTERNS))
+    except Exception as exc:
+        if offline:
+            raise ModelNotFoundError(
+                f"{name!r} is not in the Hugging Face cache (HF_HUB_OFFLINE=1, HF_HOME="
+                f"{os.environ.get('HF_HOME', '~/.cache/huggingface')}; {type(exc).__name__}); download it once "
+                "online (huggingface-cli download NAME) or pass a local folder to --base-model"
+            ) from None
+        raise ModelNotFoundError(
+            f"cannot download {name!r} from the Hugging Face hub ({type(exc).__name__}); check the id and your "
+            f"connection, or download it yourself and pass the local folder to --base-model"
+        ) from None
+    if not _is_checkpoint(snapshot):
+        raise ModelNotFoundError(f"hub repo {name!r} has no config.json; it is not a transformers checkpoint")
+    return materialize_snapshot(snapshot, target, {"hub_id": name, "commit": snapshot.name})
+
+
 def resolve_base_model(name: str, home: Path, on_build: Callable[[str], None] | None = None) -> Path:
     """Return a local checkpoint folder for `name`, building built-in models on first use.
 
-    Order: built-in name (cached under RLLOOP_HOME/models), an existing local folder, a cached hub download, then the
-    Hugging Face hub (online users).
+    Order: built-in name (cached under RLLOOP_HOME/models), an existing local folder, a hub id already resolved
+    into RLLOOP_HOME/models, then the Hugging Face hub through its cache (online, or offline from the cache).
     """
     models_dir = home / "models"
     if name in BUILTIN_MODELS:
@@ -44,9 +119,7 @@ def resolve_base_model(name: str, home: Path, on_build: Callable[[str], None] | 
         if not _is_checkpoint(target):
             if on_build:
                 on_build(name)
-            from trainers.tiny import build_tiny_arith
-
-            build_tiny_arith(target)
+            build_builtin(name, target)
         return _readable_by_sandboxes(target.resolve())
     local = Path(name).expanduser()
     if local.exists():
@@ -59,21 +132,8 @@ def resolve_base_model(name: str, home: Path, on_build: Callable[[str], None] | 
     cached = models_dir / name.replace("/", "--")
     if _is_checkpoint(cached):
         return _readable_by_sandboxes(cached.resolve())
-    if "/" in name and not os.environ.get("HF_HUB_OFFLINE"):
-        try:
-            from huggingface_hub import snapshot_download
-
-            snapshot_download(
-                name,
-                local_dir=cached,
-                allow_patterns=["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja", "tokenizer*"],
-            )
-            return _readable_by_sandboxes(cached.resolve())
-        except Exception as exc:
-            raise ModelNotFoundError(
-                f"cannot download {name!r} from the Hugging Face hub ({type(exc).__name__}); check the id and your "
-                f"connection, or download it yourself and pass the local folder to --base-model"
-            ) from None
+    if name.count("/") == 1 and all(name.split("/")):
+        return _readable_by_sandboxes(from_hub(name, cached).resolve())
     known = ", ".join(BUILTIN_MODELS)
     raise ModelNotFoundError(
         f"unknown base model {name!r}: not built in ({known}), not a local folder, not a hub id (org/name)"

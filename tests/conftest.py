@@ -16,3 +16,14 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
     torch.set_num_threads(1)
     return build_tiny_arith(tmp_path_factory.mktemp("models") / "tiny-arith", seed=0, progress=False)
+
+
+@pytest.fixture(scope="session")
+def tiny_chat_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """tiny-chat (BPE tokenizer, chat template, Qwen2), built once per test session with the real recipe."""
+    import torch
+
+    from trainers.tiny_chat import build_tiny_chat
+
+    torch.set_num_threads(1)
+    return build_tiny_chat(tmp_path_factory.mktemp("models") / "tiny-chat", seed=0, progress=False)

@@ -28,7 +28,13 @@ from pathlib import Path
 
 import torch
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors
-from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+from transformers import (
+    GenerationConfig,
+    LlamaConfig,
+    LlamaForCausalLM,
+    PreTrainedModel,
+    PreTrainedTokenizerFast,
+)
 
 PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
 SPECIAL_TOKENS = [PAD, BOS, EOS, UNK]
@@ -186,7 +192,7 @@ def train_tiny_model(
 
 
 def save_model_atomically(
-    model: LlamaForCausalLM, tokenizer: PreTrainedTokenizerFast, out_dir: Path, provenance: dict[str, object]
+    model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast, out_dir: Path, provenance: dict[str, object]
 ) -> Path:
     """Write the checkpoint into a temp folder beside `out_dir`, then rename it into place in one step."""
     out_dir = Path(out_dir)
