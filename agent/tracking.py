@@ -1,15 +1,22 @@
-"""MLflow tracking: a parent run per research run, a nested run per trial, idempotent so resume never duplicates.
+"""MLflow tracking: a parent run per research run, a nested run per trial, idempotent so resume never duplicates;
+and traces: each graph node is a trace linked to its trial's run (the parent run for prepare and finish), and every
+LLM and tool call inside it is a span, so a reviewer sees why a proposal came out as it did.
 
 Uses `MlflowClient` with explicit run ids rather than the fluent API's global active run, so one process can track
-several runs and a resumed run continues its parent instead of opening a new one.
+several runs and a resumed run continues its parent instead of opening a new one. Traces are written synchronously
+(a kill -9 loses at most the node in flight) and a tracing failure is logged, never raised.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import logging
 import os
+import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from agent.environment import environment_record, flat_params
 from agent.proposers.base import TrialRecord
@@ -18,10 +25,19 @@ log = logging.getLogger(__name__)
 
 PARENT_TAG = "rlloop.run_id"
 TRIAL_TAG = "rlloop.trial_id"
+NODE_TAG = "rlloop.node"
+# MLflow 3 opens an experiment on its GenAI traces overview once it holds traces unless its kind says otherwise
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+EXPERIMENT_KIND = "custom_model_development"
+TRIAL_NODES = ("propose", "approve", "run_trial", "submit", "record")
+RUN_NODES = ("prepare", "finish")
 
 
 def _quiet_mlflow() -> None:
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    os.environ.setdefault(
+        "MLFLOW_ENABLE_ASYNC_TRACE_LOGGING", "false"
+    )  # a trace is stored when its span ends
     for name in ("mlflow", "mlflow.store.db.utils", "alembic", "alembic.runtime.migration"):
         logging.getLogger(name).setLevel(logging.WARNING)
 
@@ -34,19 +50,29 @@ class Tracker:
         from mlflow import MlflowClient
 
         _quiet_mlflow()  # mlflow sets its own logger levels on import
+        import mlflow
+
         self.client = MlflowClient(tracking_uri=tracking_uri)
         self.tracking_uri = tracking_uri
         self.artifact_root = artifact_root
+        mlflow.set_tracking_uri(tracking_uri)  # where traces go (the span exporter reads the global URI)
 
     def experiment_id(self, benchmark: str) -> str:
         name = f"rlloop/{benchmark}"
         experiment = self.client.get_experiment_by_name(name)
         if experiment is not None:
+            kind = experiment.tags.get(EXPERIMENT_KIND_TAG, "")
+            if not kind or kind.endswith("inferred") or kind == "no_inferred_type":  # ours, or the UI's guess
+                self.client.set_experiment_tag(experiment.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
             return str(experiment.experiment_id)
         self.artifact_root.mkdir(parents=True, exist_ok=True)
         try:
             return str(
-                self.client.create_experiment(name, artifact_location=(self.artifact_root / name).as_uri())
+                self.client.create_experiment(
+                    name,
+                    artifact_location=(self.artifact_root / name).as_uri(),
+                    tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND},
+                )
             )
         except Exception:  # created concurrently by another run
             experiment = self.client.get_experiment_by_name(name)
@@ -107,25 +133,20 @@ class Tracker:
         artifacts: list[Path],
         extra_tags: dict[str, str] | None = None,
     ) -> str:
-        """Create (or find, on resume) the trial's nested run and fill it. Returns its MLflow run id."""
+        """Create (or find: on resume, or opened early by `trial_run` for its traces) the trial's nested run and fill
+        it once. Returns its MLflow run id."""
         experiment_id = self.experiment_id(benchmark)
-        found = self.client.search_runs(
-            [experiment_id],
-            filter_string=f"tags.`{PARENT_TAG}` = '{run_id}' and tags.`{TRIAL_TAG}` = '{trial.trial_id}'",
-        )
-        if found:
-            return str(found[0].info.run_id)
+        found = self._find_trial(experiment_id, run_id, trial.trial_id)
+        if found is not None and "rlloop.status" in found.data.tags:  # already filled
+            return str(found.info.run_id)
         tags = {
-            PARENT_TAG: run_id,
-            TRIAL_TAG: trial.trial_id,
-            "mlflow.parentRunId": parent,
-            "rlloop.kind": "trial",
-            "rlloop.status": trial.status,
             "rlloop.hypothesis": trial.proposal.hypothesis[:5000],
             **(extra_tags or {}),
         }
         if trial.error:
             tags["rlloop.error"] = trial.error[:5000]
+        if trial.submission_note:
+            tags["rlloop.submission"] = trial.submission_note[:5000]
         flags = trial.grading.get("flags") or []
         if (
             flags
@@ -133,7 +154,13 @@ class Tracker:
             tags["rlloop.flagged"] = ",".join(str(f.get("check")) for f in flags)
             for flag in flags:
                 tags[f"rlloop.flag.{flag.get('check')}"] = str(flag.get("evidence"))[:5000]
-        child = self.client.create_run(experiment_id, run_name=trial.trial_id, tags=tags).info.run_id
+        if found is not None:
+            child = found.info.run_id
+        else:
+            child = self.trial_run(parent, run_id, benchmark, trial.trial_id)
+        from mlflow.entities import RunTag
+
+        self.client.log_batch(child, tags=[RunTag(key, text) for key, text in tags.items()])
         params: dict[str, Any] = {
             "recipe": trial.proposal.recipe,
             "init_from": trial.proposal.init_from or "base",
@@ -144,6 +171,13 @@ class Tracker:
             f"train.{k}": float(v) for k, v in trial.train_metrics.items() if isinstance(v, int | float)
         }
         metrics["duration_s"] = trial.duration_s
+        for key in (
+            "valid_score",
+            "valid_ci_low",
+            "valid_ci_high",
+        ):  # the free score on the public valid split
+            if getattr(trial, key) is not None:
+                metrics[key] = getattr(trial, key)
         if trial.score is not None:
             metrics["score"] = trial.score
             metrics["flagged"] = 1.0 if flags else 0.0
@@ -152,8 +186,65 @@ class Tracker:
         for path in artifacts:
             if path.is_file():
                 self.client.log_artifact(child, str(path))
+        self.client.set_tag(child, "rlloop.status", trial.status)  # last: marks the run filled
         self.client.set_terminated(child, status="FINISHED" if trial.status == "succeeded" else "FAILED")
         return str(child)
+
+    def _find_trial(self, experiment_id: str, run_id: str, trial_id: str) -> Any:
+        found = self.client.search_runs(
+            [experiment_id],
+            filter_string=f"tags.`{PARENT_TAG}` = '{run_id}' and tags.`{TRIAL_TAG}` = '{trial_id}'",
+        )
+        return found[0] if found else None
+
+    def trial_run(self, parent: str, run_id: str, benchmark: str, trial_id: str) -> str:
+        """The trial's nested run, created (empty, running) if it does not exist yet: its traces link to it from the
+        first node on; `log_trial` fills it when the trial is recorded."""
+        experiment_id = self.experiment_id(benchmark)
+        found = self._find_trial(experiment_id, run_id, trial_id)
+        if found is not None:
+            return str(found.info.run_id)
+        tags = {PARENT_TAG: run_id, TRIAL_TAG: trial_id, "mlflow.parentRunId": parent, "rlloop.kind": "trial"}
+        return str(self.client.create_run(experiment_id, run_name=trial_id, tags=tags).info.run_id)
+
+    @contextlib.contextmanager
+    def node_trace(
+        self, node: str, *, run_id: str, benchmark: str, trial_id: str | None, inputs: dict[str, Any]
+    ) -> Iterator[Any]:
+        """One graph node as an MLflow trace (the root span); LLM and tool calls inside it become its child spans.
+        Yields the live span, or None when tracing is unavailable. `link` the trace to a run once it is known."""
+        span = None
+        try:
+            import mlflow
+            from mlflow.entities.trace_location import MlflowExperimentLocation
+
+            location = MlflowExperimentLocation(experiment_id=self.experiment_id(benchmark))
+            opened = mlflow.start_span(f"node:{node}", span_type="CHAIN", trace_destination=location)
+            span = opened.__enter__()
+            span.set_inputs(inputs)
+            tags = {PARENT_TAG: run_id, NODE_TAG: node, **({TRIAL_TAG: trial_id} if trial_id else {})}
+            mlflow.update_current_trace(tags=tags)
+        except Exception as exc:  # tracing is for review; a run never fails over it
+            log.warning("could not start the MLflow trace of node %s: %s", node, exc)
+            span, opened = None, None
+        try:
+            yield span
+        except BaseException as exc:
+            if opened is not None:
+                opened.__exit__(type(exc), exc, exc.__traceback__)
+            raise
+        if opened is not None:
+            try:
+                opened.__exit__(None, None, None)
+            except Exception as exc:
+                log.warning("could not store the MLflow trace of node %s: %s", node, exc)
+
+    def link(self, trace_id: str, mlflow_run: str) -> None:
+        """Show a trace on a run's page (MLflow's trace-to-run association)."""
+        try:
+            self.client.link_traces_to_run([trace_id], mlflow_run)
+        except Exception as exc:
+            log.warning("could not link trace %s to run %s: %s", trace_id, mlflow_run, exc)
 
     def log_artifact(self, parent: str, path: Path) -> None:
         if path.is_file():
@@ -169,3 +260,95 @@ class Tracker:
     def run_url(self, parent: str, ui_base: str = "http://127.0.0.1:5000") -> str:
         run = self.client.get_run(parent)
         return f"{ui_base}/#/experiments/{run.info.experiment_id}/runs/{parent}"
+
+
+@contextlib.contextmanager
+def child_span(name: str, span_type: str, inputs: dict[str, Any]) -> Iterator[Any]:
+    """A span under the active trace (a node's), e.g. one LLM or tool call; None (and nothing recorded) when no
+    trace is active, so callers outside a traced node pay nothing."""
+    if "mlflow" not in sys.modules:
+        yield None
+        return
+    import mlflow
+
+    if mlflow.get_current_active_span() is None:
+        yield None
+        return
+    with mlflow.start_span(name, span_type=span_type) as span:
+        span.set_inputs(inputs)
+        yield span
+
+
+Nodes = TypeVar("Nodes", bound=type)
+
+
+def _node_trial(node: str, state: dict[str, Any]) -> str | None:
+    if node == "propose":  # the trial about to be proposed (the loop names them t01, t02, ...)
+        return f"t{len(state.get('trials') or []) + 1:02d}"
+    if node in TRIAL_NODES:
+        return (state.get("current") or {}).get("trial_id")
+    return None
+
+
+def _traced(node: str, method: Callable[..., dict[str, Any]]) -> Callable[..., dict[str, Any]]:
+    @functools.wraps(method)
+    def run_node(self: Any, state: dict[str, Any]) -> dict[str, Any]:
+        tracker: Tracker = self.tracker
+        trial_id = _node_trial(node, state)
+        inputs = {"trial_id": trial_id, "trials_done": len(state.get("trials") or [])}
+        link_to: str | None = None
+        with tracker.node_trace(
+            node, run_id=self.paths.run_id, benchmark=self.config.benchmark, trial_id=trial_id, inputs=inputs
+        ) as span:
+            update = method(self, state)
+            parent = update.get("mlflow_parent") or state.get("mlflow_parent")
+            if span is not None:
+                current = update.get("current") or {}
+                span.set_outputs(
+                    {k: update[k] for k in ("halt", "status", "stop_reason") if update.get(k)}
+                    | (
+                        {"trial_status": current.get("status"), "error": current.get("error")}
+                        if current
+                        else {}
+                    )
+                )
+                if parent and trial_id and (current or state.get("current")):  # a trial exists
+                    link_to = tracker.trial_run(parent, self.paths.run_id, self.config.benchmark, trial_id)
+                elif parent:
+                    link_to = parent
+        if span is not None and link_to:
+            tracker.link(span.trace_id, link_to)
+        return update
+
+    return run_node
+
+
+def traced_nodes(cls: Nodes) -> Nodes:
+    """Class decorator for the loop's node class: each node runs inside its own MLflow trace."""
+    for node in (*RUN_NODES, *TRIAL_NODES):
+        if hasattr(cls, node):
+            setattr(cls, node, _traced(node, getattr(cls, node)))
+    return cls
+
+
+def ui_command(root: Path, *, host: str, port: int, workers: int = 1) -> tuple[list[str], dict[str, str]]:
+    """The MLflow UI on a run store, lean: `workers` server processes (uvicorn runs one in-process) and no job
+    runners (MLflow 3 starts huey consumers for its GenAI jobs by default; rlloop queues none)."""
+    cmd = [
+        sys.executable,
+        "-m",
+        "mlflow",
+        "ui",
+        "--backend-store-uri",
+        f"sqlite:///{root / 'mlflow.db'}",
+        "--default-artifact-root",
+        (root / "mlartifacts").as_uri(),
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--workers",
+        str(workers),
+    ]
+    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+    return cmd, env

@@ -77,13 +77,32 @@ class CallRecord(BaseModel):
     usage_estimated: bool = False  # the server sent no `usage`; tokens estimated at 4 characters each
 
 
+class ToolCall(BaseModel):
+    """One function call the model asked for: `arguments` is the model's JSON text, unparsed (it may be broken)."""
+
+    id: str
+    name: str
+    arguments: str = ""
+
+
 class ChatReply(BaseModel):
     """The assistant message of one call, with its accounting."""
 
     content: str | None
     finish_reason: str | None
     refusal: str | None = None
+    tool_calls: list[ToolCall] = Field(default_factory=list)
     record: CallRecord
+
+    def as_message(self) -> Message:
+        """The reply as the assistant turn to send back, tool calls included (OpenAI pairs them with tool turns)."""
+        message: Message = {"role": "assistant", "content": self.content}
+        if self.tool_calls:
+            message["tool_calls"] = [
+                {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+                for c in self.tool_calls
+            ]
+        return message
 
 
 def _one_line(text: str, limit: int = 300) -> str:
@@ -121,6 +140,7 @@ class LLMClient:
         self._sleep = sleep
         self._rng = random.Random(seed)
         self._structured_mode: ResponseMode = "json_schema"  # degrades once when the server lacks it
+        self.tools_supported: bool | None = None  # None until a request with tools got an answer or a refusal
         api_key = settings.api_key.get_secret_value() if settings.api_key else None
         if api_key is None:
             if settings.base_url.rstrip("/") == OPENAI_DEFAULT_BASE_URL:
@@ -179,11 +199,14 @@ class LLMClient:
         schema_name: str,
         purpose: str = "chat_json",
         model: str | None = None,
+        tools: list[dict[str, Any]] | None = None,
+        tool_choice: str | None = None,
     ) -> ChatReply:
         """Ask for one JSON object: json_schema output if the server has it, else JSON mode, else plain text.
 
         The schema is sent non-strict (OpenAI's strict mode forbids free-form objects such as hyperparameters), so
-        the caller validates the content itself and feeds errors back.
+        the caller validates the content itself and feeds errors back. With `tools` the model may call them instead
+        (the reply's `tool_calls`); a server that refuses tools on its first such request is asked again without.
         """
         while True:
             mode = self._structured_mode
@@ -197,9 +220,19 @@ class LLMClient:
                 response_format = {"type": "json_object"}
             else:
                 response_format = None
+            offered = tools if tools and self.tools_supported is not False else None
             try:
-                return self._chat(messages, response_format, mode, purpose, model)
+                reply = self._chat(
+                    messages, response_format, mode, purpose, model, offered, tool_choice if offered else None
+                )
+                if offered:
+                    self.tools_supported = True
+                return reply
             except LLMRequestError as exc:
+                if offered and self.tools_supported is None:
+                    self.tools_supported = False
+                    logger.info("LLM endpoint rejected tool calling (%s); asking without tools", exc)
+                    continue
                 if mode == "text":
                     raise
                 self._structured_mode = "json_object" if mode == "json_schema" else "text"
@@ -214,6 +247,8 @@ class LLMClient:
         mode: ResponseMode,
         purpose: str,
         model: str | None = None,
+        tools: list[dict[str, Any]] | None = None,
+        tool_choice: str | None = None,
     ) -> ChatReply:
         model = model or self.settings.model
         reason = self.budget.exhausted()
@@ -222,6 +257,10 @@ class LLMClient:
         kwargs: dict[str, Any] = {"model": model, "messages": list(messages)}
         if response_format is not None:
             kwargs["response_format"] = response_format
+        if tools:
+            kwargs["tools"] = tools
+            if tool_choice is not None:
+                kwargs["tool_choice"] = tool_choice
         if self.settings.temperature is not None:
             kwargs["temperature"] = self.settings.temperature
         if self.settings.max_completion_tokens is not None:
@@ -235,13 +274,18 @@ class LLMClient:
             raise LLMRequestError(f"LLM endpoint {self.settings.base_url} returned no choices for {purpose}")
         choice = completion.choices[0]
         content = choice.message.content
+        calls = [
+            ToolCall(id=c.id, name=c.function.name, arguments=c.function.arguments or "")
+            for c in choice.message.tool_calls or []
+            if getattr(c, "function", None) is not None
+        ]
         usage = completion.usage
         estimated = usage is None
         if usage is not None:
             prompt_tokens, completion_tokens = usage.prompt_tokens, usage.completion_tokens
         else:
             prompt_tokens = sum(_estimate_tokens(str(m.get("content") or "")) for m in messages)
-            completion_tokens = _estimate_tokens(content or "")
+            completion_tokens = _estimate_tokens((content or "") + "".join(c.arguments for c in calls))
         cost = self.prices.cost(model, prompt_tokens, completion_tokens)
         record = CallRecord(
             purpose=purpose,
@@ -262,6 +306,7 @@ class LLMClient:
             content=content,
             finish_reason=choice.finish_reason,
             refusal=getattr(choice.message, "refusal", None),
+            tool_calls=calls,
             record=record,
         )
 

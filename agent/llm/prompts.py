@@ -53,7 +53,31 @@ def _score(value: float | None) -> str:
     return "not scored" if value is None else f"{value:.4f}"
 
 
-def proposal_prompt(context: ProposalContext, catalog: RecipeCatalog, budget: Budget | None = None) -> str:
+TOOLS_NOTE = """
+Before you answer you may call tools (at most {calls} calls in all) to look at the data splits, a trial's \
+per-sample validation results and failure clusters, a trial's log and metrics, a recipe's source, or to run a short \
+script in the sandbox (its seconds count against the compute budget). Look before you leap, but stay brief: when you \
+know enough, reply with the JSON proposal only."""
+
+
+def tools_note(max_calls: int) -> str:
+    """Appended to the system prompt when tools are offered."""
+    return TOOLS_NOTE.format(calls=max_calls)
+
+
+def tool_budget_spent(max_calls: int) -> str:
+    return (
+        f"You have used all {max_calls} tool calls of this proposal. No more tools: reply now with the JSON "
+        "proposal only."
+    )
+
+
+def proposal_prompt(
+    context: ProposalContext,
+    catalog: RecipeCatalog,
+    budget: Budget | None = None,
+    lessons: str | None = None,
+) -> str:
     """The user message for `propose`: task, budget left, the trainer library, the trial tree, feedback."""
     best = _score(context.best_score) + (f" (trial {context.best_trial_id})" if context.best_trial_id else "")
     submissions = "unlimited" if context.submissions_left is None else str(context.submissions_left)
@@ -83,6 +107,8 @@ def proposal_prompt(context: ProposalContext, catalog: RecipeCatalog, budget: Bu
         "Checkpoints you may continue from (init_from): "
         + (", ".join(resumable) if resumable else "none yet"),
     ]
+    if lessons:
+        sections += ["", "# Lessons from earlier runs on this benchmark and base model (memory)", lessons.strip()]
     if context.feedback:
         sections += ["", "# Feedback on your previous proposal (from a person)", context.feedback.strip()]
     sections += [

@@ -4,6 +4,11 @@ Every answer is validated as hard as the loop would: JSON, the `Proposal` schema
 that are fields of that recipe's config with valid values, an `init_from` that names a trial with a checkpoint, and a
 `train_py` that compiles. A rejected answer goes back to the model with the reasons, up to `max_repair_attempts`
 times, then `ProposalError`. Tokens and dollars of every call land in the client's `calls` and its `Budget`.
+
+Inside a run (`attach_run`) the model may first call tools (`agent.llm.tools`): up to `max_tool_calls` per proposal,
+each recorded in trials/<id>/proposal_tools.jsonl, the run log and the node's MLflow trace. Tool rounds are not
+answers and do not use up repair attempts; once the tool budget is spent the model is told to answer, and a model
+that keeps calling tools is rejected like any other bad answer (so `ProposalError` ends it, with that reason).
 """
 
 from __future__ import annotations
@@ -11,13 +16,14 @@ from __future__ import annotations
 import json
 import logging
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
 from agent.llm.budget import Budget
-from agent.llm.client import CallRecord, LLMClient, LLMSettings, Message
+from agent.llm.client import CallRecord, ChatReply, LLMClient, LLMSettings, Message
 from agent.llm.codecheck import check_code
 from agent.llm.errors import LLMError, LLMUnavailableError
 from agent.llm.pricing import PriceTable
@@ -28,10 +34,15 @@ from agent.llm.prompts import (
     rejection_message,
     repair_prompt,
     system_prompt,
+    tool_budget_spent,
+    tools_note,
 )
 from agent.llm.recipes import RecipeCatalog
+from agent.llm.tools import ToolCallRecord, ToolEnv, call_tool, tool_specs
 from agent.proposal_paths import closed_field_problems, proposal_problems
 from agent.proposers.base import Proposal, ProposalContext
+from agent.tracking import child_span
+from tasks.atomic import atomic_write_text
 
 logger = logging.getLogger(__name__)
 
@@ -98,12 +109,22 @@ class LLMProposer:
         *,
         max_repair_attempts: int = 2,
         catalog: RecipeCatalog | None = None,
+        max_tool_calls: int = 8,
+        tool_env: ToolEnv | None = None,
+        lessons: str | None = None,
     ) -> None:
         if max_repair_attempts < 0:
             raise ValueError(f"max_repair_attempts must be >= 0, got {max_repair_attempts}")
+        if max_tool_calls < 0:
+            raise ValueError(f"max_tool_calls must be >= 0, got {max_tool_calls}")
         self.client = client
         self.model = model or client.model  # the driver model; defaults to the client's (--driver-model)
         self.max_repair_attempts = max_repair_attempts  # re-asks after the first answer
+        self.max_tool_calls = max_tool_calls  # per proposal; tools are offered only with a tool_env
+        self.tool_env = tool_env
+        self.lessons = lessons  # what earlier runs learned (agent.memory), shown in the prompt
+        self.tool_calls: list[ToolCallRecord] = []  # the last proposal's tool calls
+        self.on_tool_call: Callable[[ToolCallRecord], None] | None = None  # e.g. a line in the run log
         self._catalog = catalog
         self._last_context: ProposalContext | None = None
 
@@ -115,6 +136,7 @@ class LLMProposer:
         budget: Budget | None = None,
         price_file: str | Path | None = None,
         max_repair_attempts: int = 2,
+        max_tool_calls: int = 8,
         **settings: Any,
     ) -> LLMProposer:
         """The proposer `rlloop run --driver-model M` wants: endpoint and key from OPENAI_BASE_URL/OPENAI_API_KEY,
@@ -125,7 +147,22 @@ class LLMProposer:
         if not model:
             raise LLMUnavailableError("the llm proposer needs a driver model: pass --driver-model NAME")
         client = LLMClient(LLMSettings.from_env(model, **settings), prices=prices, budget=budget)
-        return cls(client, max_repair_attempts=max_repair_attempts)
+        return cls(client, max_repair_attempts=max_repair_attempts, max_tool_calls=max_tool_calls)
+
+    def attach_run(self, run: Any, trial_id: str) -> None:
+        """Called by the loop before each proposal with its live resources (`agent.resources.RunResources`): tools
+        read that run's workspace and run scripts in its sandbox; calls are logged to its run log; lessons come
+        from its memory when the run has `--memory`."""
+        from rich.markup import escape
+
+        self.tool_env = ToolEnv.from_run(run, trial_id, [])  # the trials come with each proposal's context
+        self.on_tool_call = lambda r: run.reporter.info(
+            f"    [dim]tool {r.name}({escape(_args_text(r.arguments))}): {escape(r.summary)} ({r.seconds:.2f}s)[/dim]"
+        )
+        if run.config.memory and self.lessons is None:
+            from agent.memory import lessons_text
+
+            self.lessons = lessons_text(run.config.home, run.config.benchmark, run.config.base_model)
 
     @property
     def calls(self) -> list[CallRecord]:
@@ -143,11 +180,20 @@ class LLMProposer:
     def propose(self, context: ProposalContext) -> Proposal:
         self._last_context = context
         catalog = self.catalog_for(context)
+        env = self.tool_env if self.max_tool_calls > 0 else None
+        if env is not None:
+            env.trials = list(context.trials)
+        self.tool_calls = []
+        system = system_prompt() + (tools_note(self.max_tool_calls) if env is not None else "")
         messages: list[Message] = [
-            {"role": "system", "content": system_prompt()},
-            {"role": "user", "content": proposal_prompt(context, catalog, self.client.budget)},
+            {"role": "system", "content": system},
+            {"role": "user", "content": proposal_prompt(context, catalog, self.client.budget, self.lessons)},
         ]
-        return self._ask(messages, catalog, context, purpose="propose", need_code=False)
+        try:
+            return self._ask(messages, catalog, context, purpose="propose", need_code=False, env=env)
+        finally:
+            if env is not None:
+                self._write_tool_log(env)
 
     def repair(self, proposal: Proposal, failure: str, context: ProposalContext | None = None) -> Proposal:
         """Ask for a fixed proposal given the failure (SyntaxError line, traceback, log tail)."""
@@ -206,14 +252,39 @@ class LLMProposer:
         *,
         purpose: str,
         need_code: bool,
+        env: ToolEnv | None = None,
     ) -> Proposal:
         schema = proposal_schema(catalog.names())
         errors: list[str] = []
         attempts = 1 + self.max_repair_attempts
-        for attempt in range(1, attempts + 1):
-            reply = self.client.chat_json(
-                messages, schema=schema, schema_name="Proposal", purpose=purpose, model=self.model
-            )
+        tools = tool_specs() if env is not None else None
+        attempt = 0
+        while attempt < attempts:
+            spent = env is not None and len(self.tool_calls) >= self.max_tool_calls
+            reply = self._chat(messages, schema, purpose, tools, "none" if spent else None)
+            if reply.tool_calls and env is not None and not spent:
+                messages = [*messages, reply.as_message(), *self._run_tools(env, reply)]
+                if len(self.tool_calls) >= self.max_tool_calls:
+                    messages.append({"role": "user", "content": tool_budget_spent(self.max_tool_calls)})
+                continue  # looking is not answering: no attempt used
+            attempt += 1
+            if reply.tool_calls:  # tools past the budget (or none offered): a rejected answer
+                errors = [
+                    f"it kept calling tools ({', '.join(c.name for c in reply.tool_calls)}) after its budget of "
+                    f"{self.max_tool_calls} tool calls was spent; reply with the JSON proposal"
+                ]
+                logger.info("%s attempt %d/%d rejected: %s", purpose, attempt, attempts, errors[0])
+                refused = [
+                    {"role": "tool", "tool_call_id": c.id, "content": "error: no tool calls left"}
+                    for c in reply.tool_calls
+                ]
+                messages = [
+                    *messages,
+                    reply.as_message(),
+                    *refused,
+                    {"role": "user", "content": rejection_message(errors)},
+                ]
+                continue
             if reply.refusal:
                 errors = [f"refused: {reply.refusal}"]
             else:
@@ -225,7 +296,7 @@ class LLMProposer:
                 if reply.finish_reason == "length":
                     errors.append("the reply was cut off (finish_reason=length): answer more briefly")
             logger.info("%s attempt %d/%d rejected: %s", purpose, attempt, attempts, "; ".join(errors))
-            messages = [
+            messages = [  # (a reply with tool calls never reaches here: those were answered above)
                 *messages,
                 {"role": "assistant", "content": echo(reply.content or "")},
                 {"role": "user", "content": rejection_message(errors)},
@@ -235,3 +306,69 @@ class LLMProposer:
             attempts=attempts,
             errors=errors,
         )
+
+    def _chat(
+        self,
+        messages: list[Message],
+        schema: dict[str, Any],
+        purpose: str,
+        tools: list[dict[str, Any]] | None,
+        tool_choice: str | None,
+    ) -> ChatReply:
+        """One driver-model call, as a span of the active trace."""
+        with child_span(f"llm:{purpose}", "CHAT_MODEL", {"model": self.model, "messages": messages}) as span:
+            reply = self.client.chat_json(
+                messages,
+                schema=schema,
+                schema_name="Proposal",
+                purpose=purpose,
+                model=self.model,
+                tools=tools,
+                tool_choice=tool_choice,
+            )
+            if span is not None:
+                span.set_outputs(reply.as_message())
+                span.set_attributes(reply.record.model_dump(mode="json"))
+        return reply
+
+    def _run_tools(self, env: ToolEnv, reply: ChatReply) -> list[Message]:
+        """Answer each tool call of a reply, within the budget; a call past it is answered with an error."""
+        answers: list[Message] = []
+        for call in reply.tool_calls:
+            if len(self.tool_calls) >= self.max_tool_calls:
+                content = f"error: the budget of {self.max_tool_calls} tool calls is spent"
+            else:
+                with child_span(f"tool:{call.name}", "TOOL", {"arguments": call.arguments}) as span:
+                    record = call_tool(env, call.id, call.name, call.arguments)
+                    if span is not None:
+                        span.set_outputs(
+                            {"ok": record.ok, "summary": record.summary, "result": record.result}
+                        )
+                        span.set_attribute("seconds", record.seconds)
+                self.tool_calls.append(record)
+                if self.on_tool_call is not None:
+                    self.on_tool_call(record)
+                logger.info("tool %s: %s (%.2fs)", record.name, record.summary, record.seconds)
+                content = record.result
+            answers.append({"role": "tool", "tool_call_id": call.id, "content": content})
+        return answers
+
+    def _write_tool_log(self, env: ToolEnv) -> None:
+        """trials/<id>/proposal_tools.jsonl: one line per tool call of this proposal (rewritten whole, atomically)."""
+        if not self.tool_calls:
+            return
+        text = "".join(record.model_dump_json() + "\n" for record in self.tool_calls)
+        try:
+            atomic_write_text(env.workspace / "trials" / env.trial_id / "proposal_tools.jsonl", text)
+        except OSError as exc:
+            logger.warning("could not write the tool log of %s: %s", env.trial_id, exc)
+
+
+def _args_text(arguments: dict[str, Any] | str, limit: int = 80) -> str:
+    text = (
+        ", ".join(f"{k}={v!r}" for k, v in arguments.items())
+        if isinstance(arguments, dict)
+        else str(arguments)
+    )
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."

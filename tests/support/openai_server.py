@@ -2,12 +2,15 @@
 
 It speaks the Chat Completions wire format (`POST /v1/chat/completions`, `GET /v1/models`) over a real socket on
 127.0.0.1, so the real `openai` SDK, its HTTP stack and the code under test all run unmodified. Each chat request
-pops the next `ScriptedReply`: a message (content, finish_reason, usage), an HTTP error (status, Retry-After), after
-an optional delay. Endpoint-level checks (API key, model name, supported `response_format` types) answer before
-the script is consulted, the way a real server would. Every request is recorded for assertions on prompts.
+pops the next `ScriptedReply`: a message (content, finish_reason, usage), tool calls (`tool_calls` in the message,
+finish_reason "tool_calls"), an HTTP error (status, Retry-After), after an optional delay. Endpoint-level checks
+(API key, model name, supported `response_format` types, well-formed `tools`, every assistant `tool_calls` answered
+by `role: tool` messages) answer before the script is consulted, the way a real server would. Every request is
+recorded for assertions on prompts.
 
     with ScriptedOpenAIServer(models=["test-model"]) as server:
         server.enqueue(reply({"answer": 42}), error(429, retry_after=0.1))
+        server.enqueue(tool_calls(call("data_rows", {"limit": 2})), reply({"answer": 42}))
         client = OpenAI(base_url=server.base_url, api_key="k")
 """
 
@@ -51,12 +54,25 @@ class ScriptedReply(BaseModel):
     error_code: str | None = None
     headers: dict[str, str] = Field(default_factory=dict)
     delay_s: float = 0.0
+    tool_calls: list[dict[str, Any]] | None = None  # OpenAI's [{"id", "type": "function", "function": {...}}]
 
 
 def reply(content: str | dict[str, Any] | None, **fields: Any) -> ScriptedReply:
     """A 200 answer; a dict is sent as its JSON text, as a server in JSON mode would."""
     text = json.dumps(content) if isinstance(content, dict) else content
     return ScriptedReply(content=text, **fields)
+
+
+def call(name: str, arguments: dict[str, Any] | str, call_id: str | None = None) -> dict[str, Any]:
+    """One tool call as OpenAI sends it: the arguments are a JSON string (a str is sent as given, even if broken)."""
+    text = arguments if isinstance(arguments, str) else json.dumps(arguments)
+    ident = call_id or f"call_{name}_{abs(hash((name, text))) % 10**8}"
+    return {"id": ident, "type": "function", "function": {"name": name, "arguments": text}}
+
+
+def tool_calls(*calls: dict[str, Any], content: str | None = None, **fields: Any) -> ScriptedReply:
+    """A 200 answer in which the model calls tools instead of answering (finish_reason "tool_calls")."""
+    return ScriptedReply(content=content, tool_calls=list(calls), finish_reason="tool_calls", **fields)
 
 
 def error(
@@ -84,6 +100,11 @@ class RecordedRequest(BaseModel):
     def messages(self) -> list[dict[str, Any]]:
         return list(self.body.get("messages", []))
 
+    @property
+    def tool_names(self) -> list[str]:
+        """The functions the request offered the model."""
+        return [t["function"]["name"] for t in self.body.get("tools") or []]
+
     def text(self) -> str:
         """All message contents joined: what the model was shown."""
         return "\n".join(str(m.get("content") or "") for m in self.messages)
@@ -103,6 +124,52 @@ def _error_response(
 
 def _tokens(text: str) -> int:
     return math.ceil(len(text) / 4)
+
+
+def _tool_problem(body: dict[str, Any]) -> JSONResponse | None:
+    """The 400s OpenAI answers for malformed tools or a tool-call history that does not pair up."""
+    tools = body.get("tools")
+    if tools is not None:
+        if not isinstance(tools, list) or not tools:
+            return _error_response(400, "'tools' must be a non-empty array", param="tools")
+        for tool in tools:
+            function = tool.get("function") if isinstance(tool, dict) else None
+            if tool.get("type") != "function" or not isinstance(function, dict) or not function.get("name"):
+                return _error_response(
+                    400, "each tool needs type 'function' and a function with a 'name'", param="tools"
+                )
+            if not isinstance(function.get("parameters", {}), dict):
+                return _error_response(400, "a function's 'parameters' must be a JSON schema", param="tools")
+    if body.get("tool_choice") is not None and not tools:
+        return _error_response(
+            400, "Invalid value for 'tool_choice': 'tool_choice' is only allowed when 'tools' are specified."
+        )
+    open_ids: list[str] = []
+    for message in body["messages"]:
+        if message["role"] == "tool":
+            if message.get("tool_call_id") not in open_ids:
+                return _error_response(
+                    400,
+                    "Invalid parameter: messages with role 'tool' must be a response to a preceeding message "
+                    "with 'tool_calls'.",
+                    param="messages",
+                )
+            open_ids.remove(message["tool_call_id"])
+            continue
+        if open_ids:
+            return _error_response(
+                400,
+                "An assistant message with 'tool_calls' must be followed by tool messages responding to each "
+                f"'tool_call_id'. The following tool_call_ids did not have response messages: {', '.join(open_ids)}",
+                param="messages",
+            )
+        if message["role"] == "assistant":
+            open_ids = [str(c.get("id")) for c in message.get("tool_calls") or []]
+    if open_ids:
+        return _error_response(
+            400, f"tool_call_ids without response messages: {', '.join(open_ids)}", param="messages"
+        )
+    return None
 
 
 class ScriptedOpenAIServer:
@@ -221,6 +288,9 @@ class ScriptedOpenAIServer:
         for message in messages:
             if not isinstance(message, dict) or "role" not in message:
                 return _error_response(400, "each message needs a 'role'", param="messages")
+        problem = _tool_problem(body)
+        if problem is not None:
+            return problem
         fmt = body.get("response_format")
         if fmt is None:
             return None
@@ -247,10 +317,9 @@ class ScriptedOpenAIServer:
             number = self._completions
         prompt_text = "".join(str(m.get("content") or "") for m in body["messages"])
         prompt_tokens = scripted.prompt_tokens if scripted.prompt_tokens is not None else _tokens(prompt_text)
+        reply_text = (scripted.content or "") + json.dumps(scripted.tool_calls or "")
         completion_tokens = (
-            scripted.completion_tokens
-            if scripted.completion_tokens is not None
-            else _tokens(scripted.content or "")
+            scripted.completion_tokens if scripted.completion_tokens is not None else _tokens(reply_text)
         )
         payload: dict[str, Any] = {
             "id": f"chatcmpl-scripted-{number}",
@@ -265,6 +334,7 @@ class ScriptedOpenAIServer:
                         "role": "assistant",
                         "content": scripted.content,
                         "refusal": scripted.refusal,
+                        **({"tool_calls": scripted.tool_calls} if scripted.tool_calls else {}),
                     },
                     "logprobs": None,
                     "finish_reason": scripted.finish_reason,

@@ -1,0 +1,452 @@
+"""What the driver model may look at, and try, before it proposes a trial: a small registry of typed tools.
+
+Each tool has pydantic parameters (their JSON schema is what OpenAI tool calling sends) and returns text for the
+model plus a one-line summary for the run log, the trial's `proposal_tools.jsonl` and its MLflow trace. Tools only
+read the run's workspace (data splits, trials' logs, metrics and `validation.json`) and the trainer registry, or run
+a short script in the run's sandbox (network none, a time limit, its seconds counted against the compute budget), so
+they never see the hidden test set. A tool that fails returns its error as text: the model reads it, the run goes on.
+"""
+
+from __future__ import annotations
+
+import collections
+import importlib
+import inspect
+import json
+import re
+import statistics
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from tasks.atomic import atomic_write_text
+from tasks.plugins import Registry
+
+if TYPE_CHECKING:
+    from agent.llm.budget import Budget
+    from agent.proposers.base import TrialRecord
+    from agent.workspace import RunPaths
+    from sandbox.base import Sandbox
+
+MAX_RESULT_CHARS = 6000  # what one tool result may put in the prompt
+MAX_SOURCE_CHARS = 12000
+_TRIAL_ID = re.compile(r"^[A-Za-z0-9_.-]+$")
+
+
+class ToolFailure(Exception):
+    """A tool could not do what was asked; the message goes back to the model as the tool's result."""
+
+
+@dataclass
+class ToolEnv:
+    """What tools may reach: the run's workspace, trials, sandbox and budget (None where a caller has none)."""
+
+    workspace: Path
+    trials: list[TrialRecord] = field(default_factory=list)
+    paths: RunPaths | None = None
+    sandbox: Sandbox | None = None
+    budget: Budget | None = None
+    base_model: Path | None = None
+    trial_id: str = "t00"  # the trial being proposed: its scripts run in trials/<trial_id>-script<n>
+    script_timeout_s: float = 60.0
+    script_memory_mb: int = 2048
+    scripts_run: int = 0
+
+    @classmethod
+    def from_run(cls, run: Any, trial_id: str, trials: list[TrialRecord]) -> ToolEnv:
+        """The environment of a running loop (`agent.resources.RunResources`), for the trial being proposed."""
+        return cls(
+            workspace=run.paths.workspace,
+            trials=trials,
+            paths=run.paths,
+            sandbox=run.sandbox,
+            budget=run.budget,
+            base_model=run.base_model,
+            trial_id=trial_id,
+            script_timeout_s=run.config.llm_script_timeout,
+            script_memory_mb=min(run.config.trial_memory_mb, 4096),
+        )
+
+    def data_file(self, split: str) -> Path:
+        return self.workspace / "data" / f"{split}.jsonl"
+
+    def trial_dir(self, trial_id: str) -> Path:
+        if not _TRIAL_ID.match(trial_id) or trial_id.startswith("."):
+            raise ToolFailure(f"{trial_id!r} is not a trial id; use one of: {self.trial_ids()}")
+        return self.workspace / "trials" / trial_id
+
+    def trial_ids(self) -> str:
+        return ", ".join(t.trial_id for t in self.trials) or "none yet"
+
+
+@dataclass(frozen=True)
+class ToolOutput:
+    text: str  # what the model reads
+    summary: str  # one line for logs and traces
+
+
+@dataclass(frozen=True)
+class Tool:
+    """One function the model may call: typed parameters, a description it reads, and the code that answers."""
+
+    name: str
+    description: str
+    params: type[BaseModel]
+    run: Callable[[ToolEnv, Any], ToolOutput]
+    max_chars: int = MAX_RESULT_CHARS  # of its result, as the model reads it
+
+    def spec(self) -> dict[str, Any]:
+        """The OpenAI `tools` entry."""
+        schema = self.params.model_json_schema()
+        schema.pop("title", None)
+        return {
+            "type": "function",
+            "function": {"name": self.name, "description": self.description, "parameters": schema},
+        }
+
+
+class ToolCallRecord(BaseModel):
+    """One call as a reviewer sees it: what was asked, what came back, how long it took."""
+
+    call_id: str
+    name: str
+    arguments: dict[str, Any] | str
+    ok: bool
+    summary: str
+    seconds: float
+    result: str = ""  # the text the model read (clipped)
+
+
+def _clip(text: str, limit: int = MAX_RESULT_CHARS) -> str:
+    return (
+        text
+        if len(text) <= limit
+        else text[:limit] + f"\n...(truncated, {len(text) - limit} more characters)"
+    )
+
+
+def _one_line(text: str, limit: int = 160) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    if not path.is_file():
+        raise ToolFailure(f"{path.name} does not exist in the workspace")
+    rows = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            rows.append(json.loads(line))
+    return rows
+
+
+# -- the tools ------------------------------------------------------------------------------------------------
+
+
+class DataRowsArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    split: Literal["train", "valid"] = Field("train", description="Which workspace split to read.")
+    offset: int = Field(0, ge=0, description="Index of the first row.")
+    limit: int = Field(5, ge=1, le=50, description="How many rows (at most 50).")
+
+
+def _data_rows(env: ToolEnv, args: DataRowsArgs) -> ToolOutput:
+    rows = _read_jsonl(env.data_file(args.split))
+    shown = rows[args.offset : args.offset + args.limit]
+    text = "\n".join(json.dumps(row, ensure_ascii=False) for row in shown)
+    header = f"{args.split}.jsonl rows {args.offset}..{args.offset + len(shown) - 1} of {len(rows)}:\n"
+    return ToolOutput(header + text, f"{len(shown)} {args.split} rows from {args.offset} (of {len(rows)})")
+
+
+class SplitStatsArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    split: Literal["train", "valid", "both"] = Field("both", description="Which workspace split(s).")
+
+
+def _length_stats(values: list[int]) -> str:
+    if not values:
+        return "n/a"
+    ordered = sorted(values)
+    p90 = ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))]
+    return f"min {ordered[0]}, mean {statistics.fmean(values):.1f}, p90 {p90}, max {ordered[-1]}"
+
+
+def _split_stats(env: ToolEnv, args: SplitStatsArgs) -> ToolOutput:
+    splits = ["train", "valid"] if args.split == "both" else [args.split]
+    lines, sizes = [], []
+    for split in splits:
+        rows = _read_jsonl(env.data_file(split))
+        prompts = [len(str(r.get("prompt", ""))) for r in rows]
+        answers = [len(str(r.get("answer", ""))) for r in rows]
+        distinct = len({str(r.get("answer", "")) for r in rows})
+        keys = sorted({k for r in rows for k in r})
+        lines.append(
+            f"{split}: {len(rows)} rows; fields {', '.join(keys)}; prompt chars {_length_stats(prompts)}; "
+            f"answer chars {_length_stats(answers)}; {distinct} distinct answers"
+        )
+        sizes.append(f"{split} {len(rows)}")
+    return ToolOutput("\n".join(lines), "sizes: " + ", ".join(sizes))
+
+
+class TrialArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    trial_id: str = Field(description="A trial id from the trial tree, e.g. t01.")
+
+
+class ValidationArgs(TrialArgs):
+    limit: int = Field(10, ge=0, le=50, description="How many wrong answers to show.")
+
+
+def _answer_pattern(text: str) -> str:
+    """A coarse shape of an answer: digits become 9, letters a, so '123' and '456' cluster together."""
+    shape = re.sub(r"[A-Za-z]+", "a", re.sub(r"\d+", "9", text.strip()))
+    return shape[:40] or "(empty)"
+
+
+def _error_kind(expected: str, got: str) -> str:
+    got, expected = got.strip(), expected.strip()
+    if not got:
+        return "empty answer"
+    if expected and re.search(rf"(?<![\w.]){re.escape(expected)}(?![\w.])", got) and got != expected:
+        return "right answer with extra text"
+    if _answer_pattern(got) != _answer_pattern(expected):
+        return "wrong format"
+    number = re.compile(r"^-?\d+(\.\d+)?$")
+    if number.match(got) and number.match(expected):
+        return "wrong number (off by <=10%)" if _close(got, expected) else "wrong number"
+    return "wrong value, right format"
+
+
+def _close(got: str, expected: str) -> bool:
+    a, b = float(got), float(expected)
+    return abs(a - b) <= 0.1 * max(1.0, abs(b))
+
+
+def failure_clusters(samples: Iterable[dict[str, Any]]) -> list[tuple[str, int, list[dict[str, Any]]]]:
+    """Wrong samples grouped by error kind (empty, extra text, wrong format, wrong number...), biggest first."""
+    groups: dict[str, list[dict[str, Any]]] = collections.defaultdict(list)
+    for sample in samples:
+        if not sample.get("correct"):
+            groups[_error_kind(str(sample.get("expected", "")), str(sample.get("got", "")))].append(sample)
+    return sorted(((k, len(v), v) for k, v in groups.items()), key=lambda item: -item[1])
+
+
+def _validation_results(env: ToolEnv, args: ValidationArgs) -> ToolOutput:
+    path = env.trial_dir(args.trial_id) / "validation.json"
+    if not path.is_file():
+        raise ToolFailure(
+            f"trial {args.trial_id} has no validation results (no {path.relative_to(env.workspace)}); "
+            f"trials: {env.trial_ids()}"
+        )
+    data = json.loads(path.read_text(encoding="utf-8"))
+    samples = list(data.get("samples") or [])
+    wrong = [s for s in samples if not s.get("correct")]
+    ci = (data.get("ci_low"), data.get("ci_high"))
+    ci_text = f", 95% CI {ci[0]:.3f}-{ci[1]:.3f}" if None not in ci else ""
+    lines = [
+        f"trial {args.trial_id} on valid: score {float(data.get('score', 0.0)):.4f} (n={data.get('n', len(samples))}"
+        f"{ci_text}); {len(wrong)} wrong of {len(samples)} kept samples",
+        "failure clusters (kind: count, e.g. expected -> got):",
+    ]
+    for kind, count, members in failure_clusters(samples):
+        example = members[0]
+        lines.append(f"- {kind}: {count}, e.g. {example.get('expected')!r} -> {example.get('got')!r}")
+    patterns = collections.Counter(_answer_pattern(str(s.get("got", ""))) for s in wrong)
+    if patterns:
+        lines.append(
+            "wrong answers by shape: " + ", ".join(f"{p!r} x{n}" for p, n in patterns.most_common(5))
+        )
+    if args.limit:
+        lines.append(f"first {min(args.limit, len(wrong))} wrong samples:")
+        lines += [json.dumps(s, ensure_ascii=False) for s in wrong[: args.limit]]
+    clusters = failure_clusters(samples)
+    top = f", mostly {clusters[0][0]}" if clusters else ""
+    return ToolOutput("\n".join(lines), f"{args.trial_id}: {len(wrong)}/{len(samples)} wrong{top}")
+
+
+class TrialLogArgs(TrialArgs):
+    lines: int = Field(60, ge=1, le=400, description="How many lines from the end of the log.")
+
+
+def _trial_log(env: ToolEnv, args: TrialLogArgs) -> ToolOutput:
+    folder = env.trial_dir(args.trial_id)
+    log = folder / "log.txt"
+    if not folder.is_dir() or not log.is_file():
+        raise ToolFailure(f"trial {args.trial_id} has no log yet; trials: {env.trial_ids()}")
+    tail = log.read_text(encoding="utf-8", errors="replace").splitlines()[-args.lines :]
+    parts = [f"last {len(tail)} lines of trials/{args.trial_id}/log.txt:", *tail]
+    metrics = folder / "output" / "metrics.json"
+    if metrics.is_file():
+        parts += ["", "output/metrics.json:", metrics.read_text(encoding="utf-8")[:3000]]
+    record = next((t for t in env.trials if t.trial_id == args.trial_id), None)
+    if record is not None:
+        score = "not scored" if record.score is None else f"{record.score:.4f}"
+        parts += [
+            "",
+            f"status {record.status}, score {score}, {record.duration_s:.0f}s, error: {record.error}",
+        ]
+    return ToolOutput("\n".join(parts), f"{args.trial_id}: {len(tail)} log lines")
+
+
+class RecipeArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    recipe: str = Field(description="A recipe name from the trainer library, e.g. sft.")
+
+
+def _recipe_source(env: ToolEnv, args: RecipeArgs) -> ToolOutput:
+    registry = importlib.import_module("trainers.registry")
+    try:
+        recipe = registry.get_recipe(args.recipe)
+    except KeyError as exc:
+        raise ToolFailure(str(exc.args[0]) if exc.args else f"unknown recipe {args.recipe!r}") from None
+    fields = recipe.config_class.model_json_schema().get("properties", {})
+    schema = "\n".join(f"{name}: {json.dumps(spec, separators=(',', ':'))}" for name, spec in fields.items())
+    run = getattr(recipe.run, "__wrapped__", recipe.run)
+    try:
+        module = inspect.getmodule(run)
+        source = inspect.getsource(module) if module is not None else inspect.getsource(run)
+        where = getattr(module, "__name__", "?")
+    except (OSError, TypeError):
+        source, where = "(source not available)", "?"
+    text = (
+        f"recipe {args.recipe}: {recipe.description}\n\n# config schema ({recipe.config_class.__name__})\n{schema}"
+        f"\n\n# source of {where}\n{_clip(source, MAX_SOURCE_CHARS)}"
+    )
+    return ToolOutput(text, f"{args.recipe}: {where}, {len(source.splitlines())} lines")
+
+
+class ScriptArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    code: str = Field(min_length=1, description="A complete Python script; its stdout/stderr come back.")
+    timeout_s: float = Field(30.0, gt=0, description="Wall-time limit (capped by the run's script limit).")
+
+
+def _run_script(env: ToolEnv, args: ScriptArgs) -> ToolOutput:
+    if env.sandbox is None or env.paths is None:
+        raise ToolFailure("run_script is not available here (no sandbox): reason from the other tools")
+    if env.budget is not None and (reason := env.budget.exhausted()):
+        raise ToolFailure(f"no compute left for scripts: {reason}")
+    from agent.trials import python_for, sandbox_request
+
+    env.scripts_run += 1
+    script_id = f"{env.trial_id}-script{env.scripts_run}"
+    script = atomic_write_text(env.paths.trial_dir(script_id) / "script.py", args.code)
+    timeout = min(args.timeout_s, env.script_timeout_s)
+    request = sandbox_request(
+        [python_for(env.sandbox), str(script)],
+        trial_id=script_id,
+        paths=env.paths,
+        base_model=env.base_model or env.workspace,
+        timeout_s=timeout,
+        memory_mb=env.script_memory_mb,
+        cpus=None,
+        model_path=env.base_model or env.workspace,
+    )
+    request.labels["rlloop.tool"] = "run_script"
+    started = time.monotonic()
+    result = env.sandbox.run(request)
+    seconds = time.monotonic() - started
+    if env.budget is not None:
+        env.budget.record_compute(seconds)
+    log = request.log_path.read_text(encoding="utf-8", errors="replace") if request.log_path.is_file() else ""
+    status = "exit 0" if result.ok else result.reason()
+    text = f"{status} after {seconds:.1f}s (limit {timeout:g}s, network none)\n--- output ---\n{_clip(log)}"
+    return ToolOutput(text, f"{script_id}: {status}, {seconds:.1f}s")
+
+
+TOOLS: Registry[Tool] = Registry("tool", "rlloop.llm_tools")
+for _tool in (
+    Tool(
+        "data_rows",
+        "Read rows of the workspace's train or valid split (JSON objects with id, prompt, answer).",
+        DataRowsArgs,
+        _data_rows,
+    ),
+    Tool(
+        "split_stats",
+        "Sizes of the train/valid splits and prompt/answer length statistics.",
+        SplitStatsArgs,
+        _split_stats,
+    ),
+    Tool(
+        "validation_results",
+        "A finished trial's score on the valid split, its wrong answers and failure clusters.",
+        ValidationArgs,
+        _validation_results,
+    ),
+    Tool(
+        "trial_log",
+        "The tail of a trial's training log, its metrics and its outcome.",
+        TrialLogArgs,
+        _trial_log,
+    ),
+    Tool(
+        "recipe_source",
+        "A trainer recipe's config schema and source code, to see what its hyperparameters do.",
+        RecipeArgs,
+        _recipe_source,
+        max_chars=MAX_SOURCE_CHARS + 6000,
+    ),
+    Tool(
+        "run_script",
+        "Run a short Python script in the run's sandbox (no network; cwd the workspace; DATA_PATH and MODEL_PATH "
+        "set) to check an idea cheaply; its seconds count against the compute budget.",
+        ScriptArgs,
+        _run_script,
+    ),
+):
+    TOOLS.register(_tool.name, _tool)
+
+
+def tool_specs(names: Iterable[str] | None = None) -> list[dict[str, Any]]:
+    """The OpenAI `tools` list for the named tools (all registered ones by default)."""
+    return [TOOLS.get(name).spec() for name in (names if names is not None else TOOLS.names())]
+
+
+def call_tool(env: ToolEnv, call_id: str, name: str, arguments: str) -> ToolCallRecord:
+    """Run one tool call; every failure (unknown tool, bad JSON, bad arguments, the tool's own error) is a result."""
+    started = time.monotonic()
+    parsed: dict[str, Any] | str = arguments
+    try:
+        if name not in TOOLS:
+            raise ToolFailure(f"unknown tool {name!r}; the tools are: {', '.join(TOOLS.names())}")
+        tool = TOOLS.get(name)
+        try:
+            data = json.loads(arguments or "{}")
+        except json.JSONDecodeError as exc:
+            raise ToolFailure(f"arguments are not valid JSON ({exc.msg} at column {exc.colno})") from None
+        if not isinstance(data, dict):
+            raise ToolFailure("arguments must be a JSON object")
+        parsed = data
+        try:
+            args = tool.params.model_validate(data)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(map(str, e['loc'])) or 'arguments'}: {e['msg']}" for e in exc.errors()
+            )
+            raise ToolFailure(f"invalid arguments for {name}: {problems}") from None
+        output = tool.run(env, args)
+        ok, text, summary = True, _clip(output.text, tool.max_chars), output.summary
+    except ToolFailure as exc:
+        ok, text, summary = False, f"error: {exc}", f"error: {_one_line(str(exc))}"
+    except Exception as exc:  # a broken tool must not take the proposal down with it
+        ok, text = False, f"error: {name} failed: {type(exc).__name__}: {exc}"
+        summary = _one_line(text)
+    return ToolCallRecord(
+        call_id=call_id,
+        name=name,
+        arguments=parsed,
+        ok=ok,
+        summary=summary,
+        seconds=round(time.monotonic() - started, 3),
+        result=text,
+    )
