@@ -2,8 +2,9 @@
 
 Why a process per program: a completion may loop forever, allocate without end, fork, write files or call
 `os._exit(0)`. Each program gets a fresh private folder as cwd, HOME and TMPDIR, a minimal environment, no stdin,
-RLIMIT_AS (memory), RLIMIT_CPU, RLIMIT_FSIZE and no core files; at the end its session is killed, every process
-that still carries its marker variable too, and its folder is removed.
+RLIMIT_AS (memory), RLIMIT_CPU, RLIMIT_FSIZE and no core files (set by the harness before it reads the program);
+at the end its session is killed, every process that still carries its marker variable too, and its folder is
+removed.
 
 A program passes only if it runs to its end: the harness prints a token that the program's text never holds
 (handed over on stdin, kept only in the harness's own frame) after the program returns, so `exit(0)`,
@@ -22,7 +23,6 @@ import contextlib
 import ctypes
 import json
 import os
-import resource
 import secrets
 import shutil
 import signal
@@ -40,10 +40,16 @@ MARKER_ENV = "RLLOOP_PROGRAM_ID"
 MB = 1024 * 1024
 MAX_OUTPUT_BYTES = 4 * MB  # any one file a program writes, its stdout and stderr included
 _PR_SET_DUMPABLE = 4
-# Read the token, forget it, run the program as __main__, then print the token: only a program that returned does.
+# Set the limits (argv: bytes of address space, CPU seconds, bytes per file), read the token and the program, run it
+# as __main__, then print the token: only a program that returned does. Limits are set here, not in a preexec_fn,
+# because the batch worker starts programs from several threads.
 _HARNESS = """\
-import sys
+import resource, sys
 def _main():
+    for _k, _v in zip(("AS", "CPU", "FSIZE"), sys.argv[1:4]):
+        resource.setrlimit(getattr(resource, "RLIMIT_" + _k), (int(_v), int(_v)))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    sys.argv[:] = ["program.py"]
     _t = sys.stdin.readline().strip().encode()
     _src = sys.stdin.read()
     sys.stdin.close()
@@ -80,17 +86,9 @@ class Outcome:
         return self.status == "passed"
 
 
-def _limit_child(limits: Limits) -> Callable[[], None]:
-    cpu = int(limits.timeout_s) + 1
-    memory = limits.memory_mb * MB
-
-    def setup() -> None:  # between fork and exec
-        resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
-        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu))
-        resource.setrlimit(resource.RLIMIT_FSIZE, (MAX_OUTPUT_BYTES, MAX_OUTPUT_BYTES))
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-
-    return setup
+def _limit_args(limits: Limits) -> list[str]:
+    """The harness's argv: address space, CPU seconds (the wall-clock limit, rounded up, plus one), file size."""
+    return [str(limits.memory_mb * MB), str(int(limits.timeout_s) + 1), str(MAX_OUTPUT_BYTES)]
 
 
 def _carriers(marker: str) -> list[int]:
@@ -157,14 +155,13 @@ def run_program(source: str, limits: Limits = Limits()) -> Outcome:
                 MARKER_ENV: marker.partition("=")[2],
             }
             proc = subprocess.Popen(
-                [sys.executable, "-I", "-B", "-c", _HARNESS],
+                [sys.executable, "-I", "-B", "-c", _HARNESS, *_limit_args(limits)],
                 cwd=folder,
                 env=env,
                 stdin=subprocess.PIPE,
                 stdout=out,
                 stderr=err,
                 start_new_session=True,
-                preexec_fn=_limit_child(limits),
                 close_fds=True,
             )
             try:
