@@ -1,15 +1,25 @@
-"""MLflow tracking against a real SQLite store: parent and nested runs, idempotent on resume."""
+"""MLflow tracking against a real SQLite store: parent and nested runs, idempotent on resume; node traces linked to
+trial runs; the experiment kind; a lean `rlloop ui`."""
 
 from __future__ import annotations
 
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
+import pytest
 import torch
 from mlflow import MlflowClient
 
 from agent.environment import environment_record, flat_params
 from agent.proposers.base import Proposal, TrialRecord
-from agent.tracking import Tracker
+from agent.tracking import EXPERIMENT_KIND_TAG, NODE_TAG, TRIAL_TAG, Tracker, child_span, traced_nodes
 
 
 def test_parent_and_trials_are_idempotent(tmp_path: Path) -> None:
@@ -95,3 +105,122 @@ def test_environment_record_names_versions_threads_and_devices() -> None:
     assert record["cpu_count"] and record["python"] and record["platform"]
     assert record["cuda_available"] == torch.cuda.is_available()
     assert flat_params({"a": {"b": 1}, "c": None}) == {"env.a.b": "1", "env.c": "None"}
+
+
+def test_experiments_open_on_their_runs_view(tmp_path: Path) -> None:
+    """MLflow 3 opens an experiment holding traces on its GenAI overview unless its kind tag says otherwise."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(tracking_uri=uri)
+    old = client.create_experiment("rlloop/old")  # made before the tag existed, then guessed by the UI
+    client.set_experiment_tag(old, EXPERIMENT_KIND_TAG, "genai_development_inferred")
+    tracker = Tracker(uri, tmp_path / "mlartifacts")
+    new = tracker.experiment_id("arith")
+    assert client.get_experiment(new).tags[EXPERIMENT_KIND_TAG] == "custom_model_development"
+    assert tracker.experiment_id("old") == old
+    assert client.get_experiment(old).tags[EXPERIMENT_KIND_TAG] == "custom_model_development"
+    client.set_experiment_tag(new, EXPERIMENT_KIND_TAG, "finetuning")  # a person's choice is kept
+    tracker.experiment_id("arith")
+    assert client.get_experiment(new).tags[EXPERIMENT_KIND_TAG] == "finetuning"
+
+
+class _Nodes:
+    """The loop's node class in miniature: what `traced_nodes` needs (tracker, paths, config) and two nodes."""
+
+    def __init__(self, tracker: Tracker, parent: str) -> None:
+        self.tracker, self.parent = tracker, parent
+        self.paths = SimpleNamespace(run_id="run-4")
+        self.config = SimpleNamespace(benchmark="arith")
+
+    def propose(self, state: dict[str, Any]) -> dict[str, Any]:
+        with child_span("llm:propose", "CHAT_MODEL", {"messages": ["hi"]}) as span:
+            assert span is not None  # inside the node's trace
+        return {"current": {"trial_id": "t01", "status": "pending"}}
+
+    def finish(self, state: dict[str, Any]) -> dict[str, Any]:
+        return {"status": "finished"}
+
+
+def test_each_node_is_a_trace_linked_to_its_trials_run(tmp_path: Path) -> None:
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    tracker = Tracker(uri, tmp_path / "mlartifacts")
+    parent = tracker.start_parent("run-4", "arith", {})
+    nodes = traced_nodes(_Nodes)(tracker, parent)
+    state: dict[str, Any] = {"mlflow_parent": parent, "trials": []}
+    update = nodes.propose(state)
+    nodes.finish({**state, **update})
+    with child_span("outside", "TOOL", {}) as outside:
+        assert outside is None  # no trace open: nothing recorded
+
+    client = MlflowClient(tracking_uri=uri)
+    trial_run = tracker.trial_run(parent, "run-4", "arith", "t01")
+    experiments = [tracker.experiment_id("arith")]
+    traces = client.search_traces(locations=experiments, run_id=trial_run)
+    assert [t.info.tags[NODE_TAG] for t in traces] == ["propose"]
+    assert [s.name for s in traces[0].data.spans] == ["node:propose", "llm:propose"]
+    assert traces[0].info.tags[TRIAL_TAG] == "t01"
+    assert [t.info.tags[NODE_TAG] for t in client.search_traces(locations=experiments, run_id=parent)] == ["finish"]
+
+    # the run opened early for the traces is filled, once, when the trial is recorded
+    trial = TrialRecord(
+        trial_id="t01", index=1, proposal=Proposal(hypothesis="h", recipe="sft"), status="failed"
+    )
+    assert tracker.log_trial(parent, "run-4", "arith", trial, []) == trial_run
+    assert tracker.log_trial(parent, "run-4", "arith", trial, []) == trial_run
+    filled = client.get_run(trial_run)
+    assert filled.data.tags["rlloop.status"] == "failed" and filled.info.status == "FAILED"
+    assert len(client.search_runs([filled.info.experiment_id])) == 2
+
+
+@pytest.mark.slow
+def test_rlloop_ui_is_one_lean_server_process(tmp_path: Path) -> None:
+    """`rlloop ui`: one uvicorn worker and no job runners (MLflow's default is 4 workers and 7 huey consumers)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "agent.cli", "ui", "--home", str(tmp_path), "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as answer:
+                    assert answer.status == 200
+                break
+            except OSError:
+                assert proc.poll() is None and time.monotonic() < deadline, proc.stderr and proc.stderr.read()
+                time.sleep(0.5)
+        time.sleep(3)  # job runners, when enabled, start after the server answers
+        commands = [_cmdline(pid) for pid in _tree(proc.pid)]
+        servers = [c for c in commands if "uvicorn" in c or "gunicorn" in c]
+        assert len(servers) == 1, commands
+        assert not [c for c in commands if "huey" in c or "_job_runner" in c or "multiprocessing" in c], (
+            commands
+        )
+        assert any("--workers 1" in c for c in commands)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def _tree(pid: int) -> list[int]:
+    found = [pid]
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                parent = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError):
+                continue
+            if parent == pid:
+                found += _tree(int(entry))
+    return found
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_text().replace("\0", " ")
+    except OSError:
+        return ""
