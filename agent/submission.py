@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Literal, cast
 
 from agent.graph import LoopState
+from agent.interrupts import failpoint
 from agent.proposers.base import TrialRecord
 from agent.resources import RunResources
 from agent.validation import (
@@ -139,6 +140,7 @@ class Screened(RunResources):
         if result is not None:
             record.valid_score, record.valid_n = result.score, result.n
             record.valid_ci_low, record.valid_ci_high = result.ci_low, result.ci_high
+        failpoint("validate", record.index)  # validated, the decision not yet recorded
         ref, ref_name = self.reference(state)
         go, why = should_submit(self.config.submit, result, ref, ref_name)
         record.submission_note = why

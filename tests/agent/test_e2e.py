@@ -32,6 +32,8 @@ FAST = [
     "5m",
     "--sandbox",
     "local",
+    "--submit",
+    "all",  # these tests count one submission per trained checkpoint (the policy is tests/agent/test_validation.py)
     "--quiet",
 ]
 

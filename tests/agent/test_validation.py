@@ -1,0 +1,156 @@
+"""Free validation and the submission policy, on the real tiny-arith model, the grader's engine and a real loop."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from agent.config import RunConfig
+from agent.proposers import PROPOSERS
+from agent.proposers.base import Proposal, ProposalContext
+from agent.submission import should_submit
+from agent.validation import BASE_ID, load_validation, valid_samples, validate
+from grader.benchmarks import get_benchmark
+from grader.config import EvalConfig
+from grader.evaluation import evaluate
+
+
+@pytest.fixture(scope="module")
+def arith_samples() -> list:  # type: ignore[type-arg]
+    return valid_samples(get_benchmark("arith"), limit=60)
+
+
+def test_validation_json_has_every_sample_and_agrees_with_the_grader(
+    tmp_path: Path, tiny_model_dir: Path, arith_samples: list
+) -> None:  # type: ignore[type-arg]
+    bench = get_benchmark("arith")
+    out = tmp_path / "trials" / "t01" / "validation.json"
+    result = validate(
+        tiny_model_dir,
+        base_model=tiny_model_dir,
+        samples=arith_samples,
+        benchmark=bench,
+        config=EvalConfig(),
+        out=out,
+    )
+    data = json.loads(out.read_text())
+    assert {"score", "n", "ci_low", "ci_high", "samples"} <= set(data)
+    assert data["n"] == len(data["samples"]) == 60
+    assert set(data["samples"][0]) == {"id", "prompt", "expected", "got", "correct"}
+    assert [s["id"] for s in data["samples"]] == [s.id for s in arith_samples]
+    assert data["score"] == pytest.approx(sum(s["correct"] for s in data["samples"]) / 60)
+    assert data["ci_low"] <= data["score"] <= data["ci_high"]
+    wrong = [s for s in data["samples"] if not s["correct"]]
+    assert wrong and all(s["got"] != s["expected"] for s in wrong)  # the weak base model gets some wrong
+    # the grader's own evaluation of the same samples gives the same per-sample scores
+    graded = evaluate(tiny_model_dir, arith_samples, bench, EvalConfig())
+    assert graded.correct_by_id() == result.by_id()
+    assert load_validation(out) == result
+
+
+def test_a_copy_of_the_reference_is_not_submitted(
+    tmp_path: Path, tiny_model_dir: Path, arith_samples: list
+) -> None:  # type: ignore[type-arg]
+    bench = get_benchmark("arith")
+    copy = shutil.copytree(tiny_model_dir, tmp_path / "copy")
+    ref = validate(
+        tiny_model_dir, base_model=tiny_model_dir, samples=arith_samples, benchmark=bench, config=EvalConfig()
+    )
+    new = validate(
+        copy, base_model=tiny_model_dir, samples=arith_samples, benchmark=bench, config=EvalConfig()
+    )
+    go, why = should_submit("improved", new, ref, "base model")
+    assert not go and why.startswith("not submitted: valid") and "paired gain low +0.000" in why
+    assert should_submit("all", new, ref, "base model")[0]
+    assert not should_submit("final", new, ref, "base model")[0]
+
+
+class _CopyParent:
+    """t01: a real SFT step up; t02: one step at a learning rate too small to change an answer (a copy of t01)."""
+
+    name = "copy-parent"
+
+    def propose(self, context: ProposalContext) -> Proposal:
+        if not context.trials:
+            return Proposal(
+                hypothesis="SFT lifts the base",
+                recipe="sft",
+                hyperparameters={"learning_rate": 1e-3, "max_steps": 400, "seed": 0},
+            )
+        return Proposal(
+            hypothesis="no change",
+            recipe="sft",
+            hyperparameters={"learning_rate": 1e-12, "max_steps": 1, "seed": 1},
+            parent="t01",
+            operator="ablate",
+        )
+
+
+PROPOSERS.register("copy-parent", lambda config, budget: _CopyParent(), replace=True)
+
+
+@pytest.mark.slow
+def test_improved_skips_a_checkpoint_that_is_no_better(tiny_model_home: Path) -> None:
+    from agent.driver import execute
+    from agent.status import read_state
+
+    config = RunConfig(
+        home=tiny_model_home,
+        run_id="skip",
+        loop_n=2,
+        proposer="copy-parent",
+        sandbox="local",
+        eval_limit=100,
+        public_fraction=0,
+        test_seed=20261201,
+        quiet=True,
+    )
+    summary = execute(config)
+    run_dir = tiny_model_home / "runs" / "skip"
+    state = read_state(run_dir)
+    t1, t2 = state["trials"]
+    assert t1["status"] == t2["status"] == "succeeded"
+    assert t1["valid_score"] > state["baseline_valid"]["score"] and t1["score"] is not None
+    assert t2["valid_score"] == t1["valid_score"] and t2["score"] is None and t2["submission_id"] is None
+    assert t2["submission_note"].startswith("not submitted: valid")
+    assert state["submissions"] == 1 == summary["submissions"] == summary["trials_submitted"]
+    assert summary["trials_trained"] == 2 and summary["not_submitted"][0]["trial_id"] == "t02"
+    workspace = run_dir / "workspace"
+    for name in (BASE_ID, "t01", "t02"):
+        assert load_validation(workspace / "trials" / name / "validation.json") is not None
+    import sqlite3
+
+    with sqlite3.connect(run_dir / "grader" / "store.db") as conn:
+        paths = [Path(p).parent.name for (p,) in conn.execute("SELECT model_path FROM submissions")]
+    assert paths == ["t01"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("failpoint", ["submit:1", "validate:2"])
+def test_kill_9_then_resume_never_submits_twice_under_improved(failpoint: str, tiny_model_home: Path) -> None:
+    """Killed after grading (submit:1) or after validating, before the policy's decision was recorded (validate:2):
+    the resumed run's grader store holds each graded checkpoint once, and every trial the state says was submitted."""
+    import signal
+    import sqlite3
+
+    from agent.status import read_state
+    from tests.agent.test_resume import ARGS, _run
+
+    args = [*ARGS, "--submit", "improved"]
+    crashed = _run(tiny_model_home, "run", "--run-id", "crash", *args, RLLOOP_FAILPOINT=failpoint)
+    assert crashed.returncode == -signal.SIGKILL, crashed.stdout + crashed.stderr
+    resumed = _run(tiny_model_home, "resume", "crash")
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    run_dir = tiny_model_home / "runs" / "crash"
+    state = read_state(run_dir)
+    assert state["status"] == "finished" and len(state["trials"]) == 2
+    with sqlite3.connect(run_dir / "grader" / "store.db") as conn:
+        graded = [
+            Path(p).parent.name for (p,) in conn.execute("SELECT model_path FROM submissions ORDER BY id")
+        ]
+    assert len(graded) == len(set(graded)), graded
+    assert graded == [t["trial_id"] for t in state["trials"] if t["score"] is not None]
+    assert all(t["valid_score"] is not None for t in state["trials"])
