@@ -112,6 +112,9 @@ def run(
     ] = None,
     trial_steps: Annotated[int | None, typer.Option(help="Fixed steps per trial (reproducible).")] = None,
     trial_cpus: Annotated[float | None, typer.Option(help="CPU limit of one trial (docker).")] = None,
+    trial_gpus: Annotated[
+        int | None, typer.Option(help="GPUs leased to each trial (0: CPU); too few fails at once.")
+    ] = None,
     recipes: Annotated[str | None, typer.Option(help="Comma list of recipes the proposer may use.")] = None,
     approval_budget_s: Annotated[
         str | None, typer.Option(help="`budget` approval threshold, e.g. 10m.")

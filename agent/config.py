@@ -73,6 +73,12 @@ class RunConfig(BaseSettings):
     )
     trial_memory_mb: int = Field(6144, ge=256, description="Memory limit of one trial.")
     trial_cpus: float | None = Field(None, description="CPU limit of one trial (docker).")
+    trial_gpus: int = Field(
+        0,
+        ge=0,
+        description="GPUs leased to each trial (CUDA_VISIBLE_DEVICES, a docker device request, ray num_gpus); "
+        "0 trains on CPU. With N > 0 docker trials run in the GPU image (`rlloop sandbox build --gpu`).",
+    )
     max_submissions: int | None = Field(
         None, ge=1, description="Cap on graded submissions (None: loop_n + 1)."
     )

@@ -25,6 +25,7 @@ from agent.runner import Research
 from agent.startup import locate_run, make_budget, open_sandbox, record_run
 from agent.workspace import RunPaths, prepare_workspace
 from grader.benchmarks import get_benchmark
+from sandbox.devices import plan_devices
 
 
 def open_checkpointer(path: Path) -> SqliteSaver:
@@ -50,6 +51,8 @@ def execute(
         )
     benchmark = get_benchmark(config.benchmark)
     came_back = paths.run_dir.exists()  # resumed, or a run id an earlier (dead) process had taken
+    # too few GPUs for --trial-gpus: one line, before anything starts
+    devices = plan_devices(config.trial_gpus)
     record_run(config, paths)
     reporter = reporter or Reporter(paths.log_file, quiet=config.quiet)
     research: Research | None = None
@@ -73,7 +76,7 @@ def execute(
             reporter.info(
                 f"proposer: {proposer.name} | sandbox: {sandbox.name} | workspace: {paths.workspace}"
             )
-            research = Research(config, paths, reporter, proposer, sandbox, budget)
+            research = Research(config, paths, reporter, proposer, sandbox, budget, devices)
             research.base_model = base_model
             if came_back:  # trials, a grader an earlier, killed process left: ended and named in the log
                 end_leftovers(sandbox, paths, reporter)

@@ -17,6 +17,7 @@ import httpx
 
 from agent.children import Child, alive, kill_tree, spawn_child
 from agent.workspace import RunPaths, atomic_write_json
+from sandbox.devices import DevicePlan, plan_devices
 
 STALE_GRACE_S = 3.0  # a stale grader busy in an evaluation gets this long after SIGTERM, then SIGKILL
 
@@ -116,11 +117,19 @@ class GraderProcess:
         """Stop a grader left by an earlier process of this run, so two servers never share one store."""
         return stop_stale_grader(self.paths)
 
-    def start(self, ready_timeout_s: float = 600.0, on_wait: Any = None) -> dict[str, Any]:
-        """Start `python -m grader serve` and wait until its baseline is scored. Returns /health."""
+    def start(
+        self, ready_timeout_s: float = 600.0, on_wait: Any = None, devices: DevicePlan | None = None
+    ) -> dict[str, Any]:
+        """Start `python -m grader serve` and wait until its baseline is scored. Returns /health.
+
+        The grader sees one device, `devices.grader_gpu` (planned for trials with no GPUs when not given): its own
+        GPU where trials leave one spare, else one it takes turns on with trials through the device lease, or none
+        (CUDA_VISIBLE_DEVICES="") on a machine without GPUs."""
         self.stop_stale()
+        devices = devices or plan_devices(0)
         log = open(self.paths.grader_dir / "server.out", "ab")  # noqa: SIM115 - owned by the child
         env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "RLLOOP_TOKEN"))}
+        env.update(devices.grader_env())
         # our Ctrl-C handling stops it explicitly, after the trial. SIGKILL when the run's process dies, however it
         # dies: a grader busy in an evaluation would sit on SIGTERM until the evaluation ends. Safe: the store is
         # SQLite WAL with synchronous=FULL.

@@ -24,6 +24,7 @@ from agent.trials import prepare_trial, python_for, sandbox_request, start_check
 from agent.workspace import RunPaths
 from grader.benchmarks import get_benchmark
 from sandbox.base import Sandbox, SandboxRequest
+from sandbox.devices import DevicePlan, plan_devices
 from sandbox.registry import isolation_of
 
 
@@ -38,8 +39,12 @@ class RunResources:
         proposer: Proposer,
         sandbox: Sandbox,
         budget: Budget | None = None,
+        devices: DevicePlan | None = None,
     ) -> None:
         self.config = config
+        self.devices = devices or plan_devices(config.trial_gpus)  # NoGPUError: too few GPUs for --trial-gpus
+        if self.devices.gpus or config.trial_gpus:
+            reporter.info(self.devices.describe())
         self.budget = budget or make_budget(config, paths.budget_ledger)
         self.paths = paths
         self.reporter = reporter
@@ -88,7 +93,7 @@ class RunResources:
             )
             started = time.monotonic()
             with self.reporter.watching("starting the grading server and scoring the baseline"):
-                grader.start()
+                grader.start(devices=self.devices)
             self.grader_start_s += time.monotonic() - started
             self._grader = grader
         return self._grader
@@ -153,6 +158,7 @@ class RunResources:
             memory_mb=self.config.trial_memory_mb,
             cpus=self.config.trial_cpus,
             model_path=start_checkpoint(proposal, self.paths, self.base_model, trials),
+            gpus=self.devices.for_trial(),
         )
 
     # ---- the time budget ----------------------------------------------------------------------------------------

@@ -53,6 +53,26 @@ def make_budget(config: RunConfig, ledger: Path | None = None) -> Budget:
     )
 
 
+def gpu_image_opts(config: RunConfig) -> dict[str, str]:
+    """Trials with GPUs run in the GPU trainer image under docker ("auto" uses docker only if it is built); asked
+    for by name, docker without that image is refused here, before anything else starts, with how to build it."""
+    if not config.trial_gpus or config.sandbox not in ("docker", "auto"):
+        return {}
+    from sandbox.images import TRAINER_GPU_IMAGE
+
+    if config.sandbox == "docker":
+        from sandbox.status import docker_status
+
+        status = docker_status(TRAINER_GPU_IMAGE)
+        if status.engine_reachable and not status.image_present:
+            raise ValueError(
+                f"--trial-gpus {config.trial_gpus} with --sandbox docker needs the GPU trainer image "
+                f"{TRAINER_GPU_IMAGE}, which is not built: run `rlloop sandbox build --gpu --online` on this GPU "
+                "host, or use --sandbox local"
+            )
+    return {"image": TRAINER_GPU_IMAGE}
+
+
 def open_sandbox(config: RunConfig, reporter: Reporter, *, require_isolation: bool) -> Sandbox:
     """The configured backend, as `sandbox.registry` chooses it (the one place that decides "auto").
 
@@ -62,7 +82,7 @@ def open_sandbox(config: RunConfig, reporter: Reporter, *, require_isolation: bo
     """
     from sandbox.registry import get_sandbox
 
-    sandbox = get_sandbox(config.sandbox)
+    sandbox = get_sandbox(config.sandbox, **gpu_image_opts(config))
     if isolation_of(sandbox) != "none":
         return sandbox
     why = getattr(sandbox, "isolation_reason", "") or f"the {sandbox.name} backend does not isolate trials"

@@ -172,7 +172,9 @@ def sandbox_request(
     memory_mb: int,
     cpus: float | None,
     model_path: Path,
+    gpus: list[int] | None = None,
 ) -> SandboxRequest:
+    """The trial's sandbox request; `gpus` are the machine-wide ids it is leased (`sandbox.devices.DevicePlan`)."""
     trial_dir = paths.trial_dir(trial_id)
     plugins, pythonpath = plugin_mounts(command)
     return SandboxRequest(
@@ -182,6 +184,7 @@ def sandbox_request(
         timeout_s=timeout_s,
         memory_mb=memory_mb,
         cpus=cpus,
+        gpus=list(gpus or []),
         env={
             **TRAIN_ENV,
             "MODEL_PATH": str(model_path),

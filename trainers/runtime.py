@@ -3,6 +3,7 @@ arguments, the time budget and progress lines. How a run ends (checkpoint, log h
 
 from __future__ import annotations
 
+import os
 import random
 import time
 from dataclasses import dataclass
@@ -148,7 +149,8 @@ def load_model_and_tokenizer(model_path: Path) -> tuple[PreTrainedModel, PreTrai
         tokenizer.pad_token = tokenizer.eos_token
     where = device.placement()
     model = device.load_causal_lm(model_path, where)
-    log(f"model on {where.describe()}")
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    log(f"model on {where.describe()}" + (f" (CUDA_VISIBLE_DEVICES={visible})" if visible else ""))
     return model, tokenizer
 
 

@@ -11,7 +11,8 @@ user and sees the host's files and network. A run that trains this way is marked
 
 Both ways: the command starts in its own session with only PATH, HOME=workspace, LANG, PYTHONUNBUFFERED=1 and
 `request.env` in its environment (no API keys from the parent); cwd is the workspace; memory, process count and
-CPU share are capped by a cgroup where one can be made (else RLIMIT_AS for memory); RLIMIT_CPU caps CPU-seconds,
+CPU share are capped by a cgroup where one can be made (else RLIMIT_AS for memory, except for a GPU trial: CUDA
+reserves address space far beyond what it uses, so that trial gets no memory limit and its log says so); RLIMIT_CPU caps CPU-seconds,
 RLIMIT_FSIZE the size of any one file, and the growth of the workspace is watched for `max_output_mb`; the log is
 streamed with a byte cap; at the wall-clock limit every process of the run, including double-forked ones that left
 the group, gets SIGTERM, a grace period, then SIGKILL.
@@ -33,6 +34,7 @@ from urllib.parse import urlsplit
 
 from sandbox import namespaces, procs, reaper, supervise
 from sandbox.base import CleanupReport, Mount, SandboxRequest, SandboxResult, SandboxUnavailableError
+from sandbox.devices import DEVICE_ORDER
 from sandbox.jail import Jail
 from sandbox.logstream import CappedLog, pump
 from sandbox.relay import UnixRelay
@@ -40,6 +42,11 @@ from tasks.lifetime import die_with_parent
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 RLIMITS = {"cpu": resource.RLIMIT_CPU, "fsize": resource.RLIMIT_FSIZE}  # supervise.rlimits' names
+GPU_WITHOUT_MEMORY_LIMIT = (
+    "no memory limit for this GPU trial (memory_mb={memory_mb} not enforced): no cgroup can be made here, and "
+    "RLIMIT_AS, the fallback, caps address space, which CUDA reserves far beyond what it uses; run as root or "
+    "with a delegated cgroup, or use --sandbox docker, to have it enforced"
+)
 LABELS_ENV = (
     "RLLOOP_SANDBOX_LABELS"  # on the sandbox's outermost process: how cleanup() of another process finds it
 )
@@ -53,6 +60,7 @@ def scrubbed_env(request: SandboxRequest, marker: tuple[str, str] | None = None)
         "LANG": os.environ.get("LANG", "C.UTF-8"),
         "PYTHONUNBUFFERED": "1",
         "CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in request.gpus),
+        **(DEVICE_ORDER if request.gpus else {}),
     }
     if request.grader_url:
         env["RLLOOP_GRADER_URL"] = request.grader_url
@@ -122,6 +130,8 @@ class LocalSandbox:
         jail = Jail(self.use_cgroup, request.memory_mb, request.max_processes, request.cpus)
         memory_by_rlimit = not jail.uses_cgroup and not request.gpus  # RLIMIT_AS breaks CUDA's address space
         log = CappedLog(request.log_path, request.max_log_bytes)
+        if request.gpus and request.memory_mb is not None and not jail.uses_cgroup:
+            log.note(GPU_WITHOUT_MEMORY_LIMIT.format(memory_mb=request.memory_mb))
         sup = supervise.Supervisor(request, log, self.output_poll_s)
 
         die_with_us = die_with_parent(signal.SIGKILL)  # the unisolated leader at least goes with this process

@@ -13,7 +13,14 @@ import pytest
 
 from sandbox.backends.local import LocalSandbox
 from sandbox.base import SandboxRequest
-from sandbox.devices import DeviceBusyError, gpu_lease, visible_gpu_ids
+from sandbox.devices import (
+    DeviceBusyError,
+    NoGPUError,
+    gpu_lease,
+    machine_gpus,
+    plan_devices,
+    visible_gpu_ids,
+)
 
 HOLD = """
 import pathlib, sys, time
@@ -88,3 +95,77 @@ def test_visible_gpu_ids_follow_cuda_visible_devices(monkeypatch: pytest.MonkeyP
     assert visible_gpu_ids(1) == ["3"] and visible_gpu_ids(2) == ["3", "1"]
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
     assert visible_gpu_ids(2) == ["0", "1"]
+
+
+def fake_nvidia_smi(folder: Path, count: int) -> Path:
+    """A stand-in `nvidia-smi` on PATH listing `count` GPUs, as the real one answers --query-gpu=index."""
+    folder.mkdir(parents=True, exist_ok=True)
+    program = folder / "nvidia-smi"
+    lines = "".join(f"{i}\\n" for i in range(count))
+    program.write_text(f"#!/bin/sh\nprintf '{lines}'\n")
+    program.chmod(0o755)
+    return folder
+
+
+def test_the_plan_finds_gpus_keeps_one_for_the_grader_and_leases_free_ones_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATH", f"{fake_nvidia_smi(tmp_path / 'bin', 3)}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert machine_gpus() == ["0", "1", "2"]
+    plan = plan_devices(1)
+    assert (plan.grader_gpu, plan.trial_pool, plan.grader_shares) == ("2", ("0", "1"), False)
+    assert plan.grader_env()["CUDA_VISIBLE_DEVICES"] == "2"
+    assert plan.for_trial() == [0]
+    with gpu_lease([0], "another run's trial"):  # held: the next trial gets the free one
+        assert plan.for_trial() == [1]
+    monkeypatch.setenv(
+        "CUDA_VISIBLE_DEVICES", "1"
+    )  # the run was given GPU 1 only: trials and grader take turns
+    shared = plan_devices(1)
+    assert (shared.gpus, shared.grader_gpu, shared.grader_shares, shared.for_trial()) == (
+        ("1",),
+        "1",
+        True,
+        [1],
+    )
+    assert "taking turns" in shared.describe()
+    with pytest.raises(NoGPUError, match=r"--trial-gpus 2 needs 2 GPUs per trial but only 1 were found"):
+        plan_devices(2)
+
+
+def test_without_gpus_the_grader_gets_none_and_asking_for_one_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))  # no nvidia-smi at all
+    plan = plan_devices(0)
+    assert plan.gpus == () and plan.grader_env()["CUDA_VISIBLE_DEVICES"] == "" and plan.for_trial() == []
+    with pytest.raises(NoGPUError, match=r"^no GPU found: --trial-gpus 1 .*no nvidia-smi.*--trial-gpus 0"):
+        plan_devices(1)
+    monkeypatch.setenv("PATH", str(fake_nvidia_smi(tmp_path / "bin", 2)))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    with pytest.raises(NoGPUError, match="CUDA_VISIBLE_DEVICES='' leaves none"):
+        plan_devices(1)
+
+
+@pytest.mark.parametrize("gpus", [[], [78]])
+def test_a_gpu_trial_gets_its_devices_and_no_address_space_limit_and_its_log_says_why(
+    gpus: list[int], tmp_path: Path
+) -> None:
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    request = SandboxRequest(
+        command=["sh", "-c", 'echo "visible=$CUDA_VISIBLE_DEVICES order=$CUDA_DEVICE_ORDER as=$(ulimit -v)"'],
+        workspace=workspace,
+        log_path=workspace / "log.txt",
+        memory_mb=512,
+        gpus=gpus,
+    )
+    result = LocalSandbox(use_cgroup=False, isolate=False).run(request)
+    assert result.ok, result.reason()
+    if gpus:
+        assert "visible=78 order=PCI_BUS_ID as=unlimited" in result.log_tail
+        assert "no memory limit for this GPU trial (memory_mb=512 not enforced)" in result.log_tail
+    else:
+        assert f"visible= order= as={512 * 1024}" in result.log_tail
+        assert "no memory limit" not in result.log_tail
