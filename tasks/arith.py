@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import random
 from functools import lru_cache
+from typing import Any
 
 from tasks.answers import first_number, numbers_match
 from tasks.base import Sample, Split, public_split, reserved_for_test
@@ -73,6 +74,10 @@ class ArithBenchmark:
     def load(self, split: Split) -> list[Sample]:
         public_split(self.name, split)
         return list(_splits()[split])
+
+    def source_records(self, split: Split) -> list[dict[str, Any]]:
+        """A generated dataset's own form: `question` (the prompt) and `answer` (the result)."""
+        return [{"question": s.prompt, "answer": s.answer} for s in self.load(split)]
 
     def score(self, completion: str, sample: Sample) -> float:
         return 1.0 if numbers_match(first_number(completion), sample.answer) else 0.0

@@ -14,6 +14,7 @@ import re
 from collections import Counter
 from fractions import Fraction
 from functools import lru_cache
+from typing import Any
 
 from tasks.base import Sample, Split, public_split, reserved_for_test
 
@@ -170,6 +171,17 @@ class CountdownBenchmark:
     def load(self, split: Split) -> list[Sample]:
         public_split(self.name, split)
         return list(_splits()[split])
+
+    def source_records(self, split: Split) -> list[dict[str, Any]]:
+        """Countdown datasets' own form (as TinyZero's): `nums`, `target`, and one reference `solution`."""
+        return [
+            {
+                "nums": [int(n) for n in str(s.meta["numbers"]).split()],
+                "target": int(s.meta["target"]),
+                "solution": s.answer,
+            }
+            for s in self.load(split)
+        ]
 
     def score(self, completion: str, sample: Sample) -> float:
         numbers = [int(n) for n in str(sample.meta["numbers"]).split()]

@@ -15,6 +15,7 @@ import random
 import re
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 from tasks.answers import extract_number, normalize_number, numbers_match
 from tasks.base import Sample, Split, public_split
@@ -119,14 +120,24 @@ class GSM8KBenchmark:
         folder = self._data_dir or find_data_dir(split)
         return read_rows(str(folder) if folder else None, split)
 
-    def load(self, split: Split) -> list[Sample]:
+    def _chosen(self, split: Split) -> tuple[list[dict[str, str]], list[int]]:
+        """The official train file's rows and the indices of `split` among them (valid: a seeded 500)."""
         public_split(self.name, split)
         train = self._rows("train")
         indices = list(range(len(train)))
         random.Random(VALID_SEED).shuffle(indices)
         valid = set(indices[:VALID_SIZE])
         chosen = sorted(valid) if split == "valid" else [i for i in range(len(train)) if i not in valid]
+        return train, chosen
+
+    def load(self, split: Split) -> list[Sample]:
+        train, chosen = self._chosen(split)
         return [make_sample("train", i, train[i]) for i in chosen]
+
+    def source_records(self, split: Split) -> list[dict[str, Any]]:
+        """The official rows as they are (`question`, `answer` with the full solution and `#### N`)."""
+        train, chosen = self._chosen(split)
+        return [dict(train[i]) for i in chosen]
 
     def format_prompt(self, sample: Sample, prompt_format: str, exemplars: list[Sample]) -> str:
         cue = " Let's think step by step." if prompt_format == "cot" else ""

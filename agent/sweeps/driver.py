@@ -13,6 +13,7 @@ from typing import Any
 
 from rich.console import Console
 from rich.live import Live
+from rich.markup import escape
 
 from agent.sweeps import manifest as manifests
 from agent.sweeps.executors import Executor, make_executor
@@ -68,7 +69,9 @@ def run_sweep(
                     manifests.save(home, manifest)
                 for future in [f for f in in_flight if f.done()]:
                     entry = in_flight.pop(future)
-                    _settle(home, manifest, entry, Outcome.model_validate(future.result()), tracker)
+                    outcome = Outcome.model_validate(future.result())
+                    _settle(home, manifest, entry, outcome, tracker)
+                    _say_agent_failure(live.console, entry, outcome)
                 live.update(sweep_table(home, manifest))
                 time.sleep(refresh_s if in_flight else 0)
             manifest.status = (
@@ -108,6 +111,16 @@ def _settle(home: Path, manifest: Manifest, entry: Entry, outcome: Outcome, trac
     entry.mlflow_parent = tracker.tag_run(manifest, entry) or entry.mlflow_parent
     manifests.save(home, manifest)
     tracker.progress(manifest)
+
+
+def _say_agent_failure(console: Console, entry: Entry, outcome: Outcome) -> None:
+    """An external agent that failed: its error line and its log's last lines, above the live table."""
+    if not entry.agent_error:
+        return
+    console.print(f"[red]{escape(entry.run_id)}: agent failed:[/red] {escape(entry.agent_error)}")
+    tail = outcome.summary.get("agent_log_tail") or []
+    for line in tail:
+        console.print(f"  [dim]| {escape(str(line))}[/dim]")
 
 
 def _sigterm_as_exception() -> Any:

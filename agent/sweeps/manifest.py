@@ -29,6 +29,7 @@ class Entry(BaseModel):
     best: float | None = None
     submissions: int = 0
     error: str | None = None
+    agent_error: str | None = None  # an external agent that failed: its error line (the run itself finished)
     mlflow_parent: str | None = None
 
 
@@ -104,3 +105,4 @@ def entry_from_summary(entry: Entry, summary: dict[str, Any]) -> None:
     entry.baseline = number(grader.get("baseline_score", summary.get("baseline")))
     entry.best = number(grader.get("best_score", summary.get("best_score")))
     entry.submissions = int(grader.get("total_submissions", summary.get("submissions") or 0) or 0)
+    entry.agent_error = summary.get("agent_error") or None

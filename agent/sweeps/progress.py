@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from rich.markup import escape
 from rich.table import Table
 
 from agent.status import read_state
@@ -56,13 +57,18 @@ def sweep_table(home: Path, manifest: Manifest) -> Table:
         elapsed = ""
         if entry.started_at:
             elapsed = f"{(entry.finished_at or now) - entry.started_at:.0f}s"
-        status = entry.status if not entry.error else f"{entry.status}: {entry.error[:40]}"
+        status: str = entry.status
+        style = STYLE.get(entry.status, "")
+        if entry.agent_error:  # the run finished, its agent did not: say so, not "finished"
+            status, style = f"agent failed: {entry.agent_error[:70]}", "red"
+        elif entry.error:
+            status = f"{entry.status}: {entry.error[:40]}"
         table.add_row(
             c.benchmark,
             Path(c.base_model).name,
             c.agent_label,
             str(c.seed),
-            f"[{STYLE.get(entry.status, '')}]{status}[/]",
+            f"[{style}]{escape(status)}[/]",
             "" if trials < 0 else str(trials),
             _fmt(baseline),
             _fmt(best),

@@ -216,6 +216,10 @@ def to_markdown(manifest: Manifest, groups: list[GroupRow], plot: Path | None) -
             f"| {_cell(s['time_to_best'], 0)} | {_cell(s['valid_submission_rate'], 2)} "
             f"| {_cell(s['copy_model_count'], 1)} | {g.verdict} |"
         )
+    failed_agents = [e for e in manifest.entries.values() if e.agent_error]
+    if failed_agents:
+        lines += ["", "Agents that failed (their runs finished; success=False in results.csv):", ""]
+        lines += [f"- {e.run_id}: agent failed: {e.agent_error}" for e in failed_agents]
     unfinished = [e for e in manifest.entries.values() if e.status != "finished"]
     if unfinished:
         lines += ["", "Not finished:", ""]
