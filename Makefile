@@ -6,7 +6,7 @@ TORCH_SPEC ?= torch==2.13.0
 BIN := $(VENV)/bin
 DEMO_ARGS ?=
 
-.PHONY: demo test install install-dev sandbox-image lint typecheck clean-venv
+.PHONY: demo test install install-dev sandbox-image lint typecheck clean-venv gpu-check
 
 PIP_LOG := $(VENV)/pip.log
 # pip's own output goes to a log file; one line says where, and its last lines come out if it fails
@@ -40,6 +40,11 @@ demo: $(VENV)/.installed
 sandbox-image: $(VENV)/.installed
 	bash .ci/docker.sh
 	$(BIN)/rlloop sandbox build
+
+## gpu-check: on a machine with one GPU, time SFT/GRPO/OPO, score through the grader and run one loop there
+## (benchmarks/gpu_check.py; `--dry-run` on CPU)
+gpu-check:
+	$(PYTHON) benchmarks/gpu_check.py $(GPU_CHECK_ARGS)
 
 ## test: the whole suite, Docker tests included (the engine and the trainer image are set up first)
 test: $(VENV)/.installed-dev

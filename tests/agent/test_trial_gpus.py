@@ -61,3 +61,20 @@ def test_each_trial_gets_a_gpu_and_the_grader_another(tmp_path: Path, tiny_model
     )  # the trainer saw the device it was leased (CPU torch here)
     metrics = json.loads((run_dir / "workspace" / "trials" / "t01" / "output" / "metrics.json").read_text())
     assert metrics["device"] == "cpu"  # torch here has no CUDA: the same code path, on CPU
+
+
+def test_gpu_trials_under_docker_need_the_gpu_image_and_say_how_to_build_it() -> None:
+    from agent.config import RunConfig
+    from agent.startup import gpu_image_opts
+    from sandbox.images import TRAINER_GPU_IMAGE
+    from sandbox.status import docker_status
+
+    assert gpu_image_opts(RunConfig(trial_gpus=0, sandbox="docker")) == {}
+    assert gpu_image_opts(RunConfig(trial_gpus=1, sandbox="auto")) == {"image": TRAINER_GPU_IMAGE}
+    status = docker_status(TRAINER_GPU_IMAGE)
+    if not status.engine_reachable or status.image_present:
+        pytest.skip(f"needs a docker engine without {TRAINER_GPU_IMAGE}: {status.summary()}")
+    with pytest.raises(
+        ValueError, match=r"needs the GPU trainer image .*`rlloop sandbox build --gpu --online`"
+    ):
+        gpu_image_opts(RunConfig(trial_gpus=1, sandbox="docker"))
