@@ -21,14 +21,18 @@ from pydantic import BaseModel, Field
 from tasks.plugins import Registry
 
 MAIN_PPO = "verl.trainer.main_ppo"
-GENERATION = "verl.trainer.main_generation"
+GENERATION = "verl.trainer.main_generation_server"  # verl 0.9: the ppo_trainer config, rollout.n = samples
 EVALUATION = "verl.trainer.main_eval"
-SFT = "verl.trainer.fsdp_sft_trainer"
+SFT = "verl.trainer.sft_trainer"  # verl 0.9: sft_trainer_engine config, multi-turn `messages` data
 MERGER = "verl.model_merger"
+VERL_VERSION = "0.9.1"  # the verl release the plans are written for and checked against (tests/trainers/test_verl_accepts.py)
+EXTENSIONS = (
+    "trainers.verl_ext"  # rlloop's verl extension modules: imported by verl itself, see `extension_env`
+)
 TRACKS = ("math", "text-game", "system-prompt")  # OPCD's three; a family names the ones it has
 PROMPT_TYPES = ("safety", "medmcqa")  # the system prompts OPCD distils (system-prompt track)
 BENCHMARK_REWARD = (
-    "custom_reward_function.path=<VERL_EXT>/benchmark_reward.py"  # rlloop's scorer as a verl reward
+    "reward.custom_reward_function.path=<VERL_EXT>/benchmark_reward.py"  # rlloop's scorer as a verl reward
 )
 
 
@@ -126,6 +130,11 @@ class PlanContext:
     roles: Roles = field(default_factory=Roles)
 
     @property
+    def run(self) -> str:
+        """The experiment's name as a folder name (no spaces or shell characters): where its files go."""
+        return re.sub(r"[^A-Za-z0-9._-]+", "-", self.experiment).strip("-") or "run"
+
+    @property
     def data_dir(self) -> str:
         """<DATA_ROOT>, or its folder for the track (and the prompt type, on the system-prompt track)."""
         if self.track is None:
@@ -146,17 +155,20 @@ class PlanContext:
         return default if self.track is None else self.data_file("experience.json")
 
     def track_overrides(self) -> list[str]:
-        """Text games are multi-turn: verl's multi-turn rollout with rlloop's game interaction."""
+        """Text games are multi-turn: verl's agent-loop rollout with rlloop's game loop (not written yet)."""
         if self.track != "text-game":
             return []
         return [
             "actor_rollout_ref.rollout.multi_turn.enable=True",
-            "actor_rollout_ref.rollout.multi_turn.interaction_config_path=<VERL_EXT>/text_game_interaction.yaml",
+            "actor_rollout_ref.rollout.agent.agent_loop_config_path=<VERL_EXT>/text_game_agent_loop.yaml",
         ]
 
-    def common(self, *, model: str | None = None, checkpoint_dir: bool = True) -> list[str]:
-        """The `main_ppo` overrides every RL stage shares: data, rollout, cluster, logging, and (unless a stage
-        sets its own, after its other overrides) where checkpoints go. `model` replaces the policy's start."""
+    def common(
+        self, *, model: str | None = None, checkpoint_dir: bool = True, mini_batch: int | None = None
+    ) -> list[str]:
+        """The `main_ppo` overrides every RL stage shares: data, rollout, micro-batches (for the stage's
+        `mini_batch`, default one step per batch), cluster, logging, and (unless a stage sets its own, after its
+        other overrides) where checkpoints go. `model` replaces the policy's start."""
         overrides = [
             f"data.train_files={self.data_file('train.parquet')}",
             f"data.val_files={self.data_file('valid.parquet')}",
@@ -169,33 +181,61 @@ class PlanContext:
             f"actor_rollout_ref.rollout.tensor_model_parallel_size={self.tensor_parallel}",
             "actor_rollout_ref.rollout.gpu_memory_utilization=0.6",
             "actor_rollout_ref.actor.strategy=fsdp",
+            *self.micro_batches(mini_batch or self.train_batch_size),
             *self.track_overrides(),
             *self.cluster(),
             f"trainer.logger=[{','.join(self.loggers)}]",
             "trainer.project_name=rlloop",
             f"trainer.experiment_name={self.experiment}",
         ]
-        return overrides + (
-            [f"trainer.default_local_dir=<CKPT_ROOT>/{self.experiment}"] if checkpoint_dir else []
-        )
+        return overrides + ([f"trainer.default_local_dir=<CKPT_ROOT>/{self.run}"] if checkpoint_dir else [])
 
     def cluster(self) -> list[str]:
         return [f"trainer.nnodes={self.nodes}", f"trainer.n_gpus_per_node={self.gpus_per_node}"]
 
-    def generation(self, data: str, output: str, model: str) -> list[str]:
-        """The `main_generation` overrides that say where to run, what to read and write, and with which model."""
-        return [*self.cluster(), f"data.path={data}", f"data.output_path={output}", f"model.path={model}"]
+    @property
+    def gpus(self) -> int:
+        return self.nodes * self.gpus_per_node
 
-    def sft(
-        self, train: str, val: str, response_key: str, model: str, out: str, experiment: str
+    def per_gpu(self, mini_batch: int) -> int:
+        """verl's normalised mini-batch: mini_batch x rollout.n sequences shared by every GPU (fsdp_workers)."""
+        return mini_batch * self.rollout_n // self.gpus
+
+    def micro_batches(self, mini_batch: int) -> list[str]:
+        """The per-GPU micro-batches verl refuses to start without (actor update, rollout and reference
+        log-probs): the largest of 4, 2, 1 that divides the normalised mini-batch."""
+        micro = next(m for m in (4, 2, 1) if self.per_gpu(mini_batch) % m == 0)
+        return [
+            f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={micro}",
+            f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={micro}",
+            f"actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu={micro}",
+        ]
+
+    def generation(
+        self, data: str, output: str, model: str, *, samples: int = 1, greedy: bool = False
     ) -> list[str]:
-        """The `fsdp_sft_trainer` overrides: what to read, from which model, where to write, on which cluster."""
+        """The `main_generation_server` overrides (verl's ppo_trainer config): where to run, what to read and
+        write, with which model, how many samples per prompt (`rollout.n`; one when greedy, which verl asserts)."""
+        return [
+            *self.cluster(),
+            f"data.train_files={data}",
+            f"+data.output_path={output}",  # read by main_generation_server, not in the ppo_trainer config
+            f"actor_rollout_ref.model.path={model}",
+            "actor_rollout_ref.rollout.name=vllm",
+            f"actor_rollout_ref.rollout.n={1 if greedy else samples}",
+            *(["actor_rollout_ref.rollout.temperature=0"] if greedy else []),
+            f"actor_rollout_ref.rollout.response_length={self.max_response_length}",
+            f"actor_rollout_ref.rollout.tensor_model_parallel_size={self.tensor_parallel}",
+        ]
+
+    def sft(self, train: str, val: str, model: str, out: str, experiment: str) -> list[str]:
+        """The `sft_trainer` overrides: what to read (chat `messages` rows), from which model, where to write, on
+        which cluster."""
         return [
             f"data.train_files={train}",
             f"data.val_files={val}",
-            "data.prompt_key=prompt",
-            f"data.response_key={response_key}",
-            f"model.partial_pretrain={model}",
+            "data.messages_key=messages",
+            f"model.path={model}",
             f"trainer.default_local_dir={out}",
             f"trainer.n_gpus_per_node={self.gpus_per_node}",
             f"trainer.nnodes={self.nodes}",
@@ -204,7 +244,15 @@ class PlanContext:
         ]
 
     def torchrun(self) -> str:
-        return f"torchrun --nnodes={self.nodes} --nproc_per_node={self.gpus_per_node} -m"
+        """One node: torchrun alone. Several: run the same command on every node with NODE_RANK set; they meet
+        at the c10d rendezvous on the first node ($MASTER_ADDR:$MASTER_PORT)."""
+        launcher = f"torchrun --nnodes={self.nodes} --nproc_per_node={self.gpus_per_node}"
+        if self.nodes > 1:
+            launcher += (
+                " --node_rank=$NODE_RANK --rdzv_backend=c10d --rdzv_endpoint=$MASTER_ADDR:$MASTER_PORT "
+                f"--rdzv_id={self.run}"
+            )
+        return launcher + " -m"
 
 
 @dataclass
@@ -313,6 +361,16 @@ def merge(actor_dir: str) -> tuple[str, str]:
     return f"python -m {MERGER} merge --backend fsdp --local_dir {actor_dir} --target_dir {merged}", merged
 
 
+def merge_latest(run_dir: str, role: str = "actor") -> tuple[str, str]:
+    """The merge of the last checkpoint verl wrote under `run_dir` (its latest_checkpointed_iteration.txt) into
+    `run_dir`/huggingface, for the next stage's model.path; (merge, that folder). `role` "" for SFT runs (no
+    actor/ subfolder)."""
+    step = f'{run_dir}/global_step_"$(cat {run_dir}/latest_checkpointed_iteration.txt)"'
+    merged = f"{run_dir}/huggingface"
+    local = f"{step}/{role}" if role else step
+    return f"python -m {MERGER} merge --backend fsdp --local_dir {local} --target_dir {merged}", merged
+
+
 def checkpoint(ctx: PlanContext, run_dir: str) -> tuple[str, str]:
     """The merge of the checkpoint the user chose under `run_dir` (placeholder step when none); (merge, model)."""
     label = ctx.roles.checkpoint.label if ctx.roles.checkpoint else "global_step_<STEP>"
@@ -355,20 +413,29 @@ def exact_on_policy(batch: int) -> list[str]:
     ]
 
 
-def distill_overrides(context_file: str, top_k: int, ctx: PlanContext | None = None) -> list[str]:
-    """rlloop's OPCD extension: top-k reverse KL against the frozen reference that reads `context_file` (the
-    start model, or the teacher the user named)."""
-    teacher = ctx.roles.reference if ctx else None
-    prompt_type = ctx.prompt_type if ctx and ctx.track == "system-prompt" else None
+def extension_env() -> list[str]:
+    """rlloop's verl extensions reach every process verl starts: verl imports the modules named in
+    VERL_USE_EXTERNAL_MODULES when it is imported (verl/__init__.py), here in the driver and, through Ray's
+    runtime_env, in every worker."""
+    return [f"+ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_MODULES={EXTENSIONS}.opcd"]
+
+
+def distill_overrides(top_k: int, ctx: PlanContext | None = None) -> list[str]:
+    """rlloop's OPCD on verl: the frozen reference (the start model) scores each sampled token, verl puts
+    -(log p_student - log p_reference) into the token rewards (k1 KL in the reward, coefficient 1, no task
+    reward), and the `opcd` advantage estimator (trainers.verl_ext.opcd) keeps it per token, which makes the
+    policy gradient the sampled-token estimate of reverse KL(student || teacher). `top_k` is the in-process
+    recipe's; verl's policy loss sees sampled tokens only (see the family's notes)."""
+    del top_k, ctx
     return [
-        "+rlloop.distill.mode=opcd",
-        f"+rlloop.distill.context_file={context_file}",
-        f"+rlloop.distill.top_k={top_k}",
-        "+rlloop.distill.teacher=ref",
-        *([f"+rlloop.distill.teacher_path={teacher}"] if teacher else []),
-        *([f"+rlloop.distill.prompt_type={prompt_type}"] if prompt_type else []),
+        "algorithm.use_kl_in_reward=True",
+        "algorithm.kl_penalty=kl",
+        "algorithm.kl_ctrl.type=fixed",
+        "algorithm.kl_ctrl.kl_coef=1.0",
         "actor_rollout_ref.actor.use_kl_loss=False",
-        "custom_reward_function.path=<VERL_EXT>/opcd.py",
+        "reward.custom_reward_function.path=<VERL_EXT>/zero_reward.py",
+        "reward.custom_reward_function.name=compute_score",
+        *extension_env(),
     ]
 
 
@@ -377,15 +444,40 @@ def distill_stage(
 ) -> Stage:
     """On-policy context distillation of `context_file` into the weights; `checkpoint_dir` overrides where the
     checkpoints go (a round's folder)."""
+    del context_file  # verl's reference cannot read it: see `context_gap`
     overrides = [
-        "algorithm.adv_estimator=grpo",
+        "algorithm.adv_estimator=opcd",
         *ctx.common(checkpoint_dir=checkpoint_dir is None),
         *single_pass(ctx.train_batch_size),
-        *distill_overrides(context_file, ctx.top_k, ctx),
+        *distill_overrides(ctx.top_k, ctx),
         *([f"trainer.default_local_dir={checkpoint_dir}"] if checkpoint_dir else []),
     ]
     return verl_stage(name, description, MAIN_PPO, overrides)
 
 
 def distill_note(top_k: int) -> str:
-    return f"The distillation loss is top-k reverse KL (k={top_k}) against the frozen reference given the context."
+    return (
+        f"The in-process recipe's distillation loss is top-k reverse KL (k={top_k}) against the frozen teacher "
+        "given the context; on verl it is the sampled-token estimate of the same reverse KL (advantage "
+        "-(log p_student - log p_teacher) per token, trainers.verl_ext.opcd)."
+    )
+
+
+def teacher_gap(ctx: PlanContext) -> list[str]:
+    """A teacher the user named cannot be the on-policy stages' reference: verl's is the policy's start model."""
+    if ctx.roles.reference is None:
+        return []
+    return [
+        f"teacher {ctx.roles.reference}: verl 0.9.1's reference (the on-policy teacher) is the policy's start "
+        "model, actor_rollout_ref.model.path; the on-policy stages cannot use another one (the off-policy "
+        "stage's generation does)"
+    ]
+
+
+def context_gap(context: str) -> str:
+    """What stops the on-policy stages from being OPCD as the in-process recipe is: the teacher's context."""
+    return (
+        f"OPCD teacher context ({context}): verl 0.9.1's reference worker scores the student's own prompt, so "
+        "the frozen teacher does not read the experience / system prompt in the on-policy stages; give it a "
+        "reference that prepends the context (not in verl, not in rlloop yet) before trusting them as OPCD"
+    )

@@ -12,6 +12,7 @@ from __future__ import annotations
 from trainers.verl_builders import (
     BENCHMARK_REWARD,
     EVALUATION,
+    EXTENSIONS,
     GENERATION,
     MAIN_PPO,
     SFT,
@@ -24,24 +25,29 @@ from trainers.verl_builders import (
     check_inputs_stage,
     checkpoint,
     command,
+    context_gap,
     distill_note,
     distill_stage,
     exact_on_policy,
     family,
     loop,
+    merge_latest,
+    teacher_gap,
     verl_stage,
 )
 
 
 @family("grpo", "train")
 def grpo(ctx: PlanContext) -> FamilyPlan:
+    quarter = ctx.train_batch_size // 4  # four optimiser steps per batch, where every GPU still gets a share
+    mini = quarter if quarter and ctx.per_gpu(quarter) else ctx.train_batch_size
     overrides = [
         "algorithm.adv_estimator=grpo",
-        *ctx.common(),
+        *ctx.common(mini_batch=mini),
         BENCHMARK_REWARD,
         "actor_rollout_ref.actor.use_kl_loss=True",
         "actor_rollout_ref.actor.kl_loss_coef=0.001",
-        f"actor_rollout_ref.actor.ppo_mini_batch_size={max(1, ctx.train_batch_size // 4)}",
+        f"actor_rollout_ref.actor.ppo_mini_batch_size={mini}",
     ]
     return FamilyPlan(
         [verl_stage("train", "GRPO: group-normalised advantages, clipped PPO objective", MAIN_PPO, overrides)]
@@ -75,34 +81,43 @@ def opcd(ctx: PlanContext) -> FamilyPlan:
     context = ctx.context_file()
     on_policy = distill_stage(ctx, "on-policy", description, context)
     return FamilyPlan(
-        [check_inputs_stage(ctx), on_policy, off_policy(ctx, context)], notes=[distill_note(ctx.top_k)]
+        [check_inputs_stage(ctx), on_policy, off_policy(ctx, context)],
+        notes=[distill_note(ctx.top_k), OFF_POLICY_NOTE],
+        unresolved=[context_gap(context), *teacher_gap(ctx)],
     )
 
 
+OFF_POLICY_NOTE = (
+    "Off-policy OPCD on verl distils the teacher's trajectories (SFT on them); verl's generation server returns "
+    "text only, so the teacher's top-k logits are not saved."
+)
+
+
 def off_policy(ctx: PlanContext, context: str) -> Stage:
-    """The off-policy baseline: the teacher, context in its prompt, writes trajectories and top-k logits; the
-    student is then trained on them without the context."""
-    saved = f"<RESULT_ROOT>/{ctx.experiment}/off_policy_data/trajectories.parquet"
+    """The off-policy baseline: the teacher, context in its prompt, writes trajectories; the student is then
+    trained on them without the context (SFT on chat rows)."""
+    root = f"<RESULT_ROOT>/{ctx.run}/off_policy_data"
+    prompts, saved, rows = (
+        f"{root}/with_context.parquet",
+        f"{root}/trajectories.parquet",
+        f"{root}/sft.parquet",
+    )
     teacher = ctx.roles.reference or ctx.model
-    generate = [
-        *ctx.generation(ctx.data_file("train.parquet"), saved, teacher),
-        "data.n_samples=1",
-        f"rollout.response_length={ctx.max_response_length}",
-        f"rollout.tensor_model_parallel_size={ctx.tensor_parallel}",
-        f"+rlloop.distill.context_file={context}",
-        f"+rlloop.distill.save_top_k_logits={ctx.top_k}",
-    ]
-    out = f"<CKPT_ROOT>/{ctx.experiment}/off_policy"
-    train = [
-        *ctx.sft(saved, saved, "responses", ctx.model, out, f"{ctx.experiment}-offp"),
-        f"+rlloop.distill.teacher_logits={saved}",
-        f"+rlloop.distill.top_k={ctx.top_k}",
-    ]
+    add = f"python -m {EXTENSIONS}.data add-context --context {context} --input {ctx.data_file('train.parquet')} --output {prompts}"
+    generate = ctx.generation(prompts, saved, teacher)
+    to_sft = f"python -m {EXTENSIONS}.data to-sft --input {saved} --output {rows}"
+    out = f"<CKPT_ROOT>/{ctx.run}/off_policy"
+    train = ctx.sft(rows, rows, ctx.model, out, f"{ctx.experiment}-offp")
     return chained(
         "off-policy",
-        "off-policy context distillation (baseline): teacher trajectories and logits with the context, then the "
-        "student trained on them without it",
-        [(command(GENERATION, generate), generate), (command(SFT, train, launcher=ctx.torchrun()), train)],
+        "off-policy context distillation (baseline): teacher trajectories with the context in the prompt, then "
+        "the student trained on them without it",
+        [
+            (add, []),
+            (command(GENERATION, generate), generate),
+            (to_sft, []),
+            (command(SFT, train, launcher=ctx.torchrun()), train),
+        ],
     )
 
 
@@ -121,15 +136,13 @@ def off_policy(ctx: PlanContext, context: str) -> Stage:
     tracks=("text-game",),
 )
 def oel(ctx: PlanContext) -> FamilyPlan:
-    rounds = f"<CKPT_ROOT>/{ctx.experiment}/round_<r>"
-    rollout = [
-        *ctx.generation(
-            ctx.data_file("train.parquet"), "<RESULT_ROOT>/oel/round_<r>/episodes.parquet", ctx.model
-        ),
-        f"rollout.n={ctx.rollout_n}",
-        f"rollout.tensor_model_parallel_size={ctx.tensor_parallel}",
-        f"rollout.response_length={ctx.max_response_length}",
-    ]
+    rounds = f"<CKPT_ROOT>/{ctx.run}/round_<r>"
+    rollout = ctx.generation(
+        ctx.data_file("train.parquet"),
+        "<RESULT_ROOT>/oel/round_<r>/episodes.parquet",
+        ctx.model,
+        samples=ctx.rollout_n,
+    )
     experience = ctx.context_file()
     extractor = f" --extractor-model {ctx.roles.coach}" if ctx.roles.coach else ""
     extract = Stage(
@@ -138,24 +151,28 @@ def oel(ctx: PlanContext) -> FamilyPlan:
         command="python <VERL_EXT>/oel_extract.py --episodes <RESULT_ROOT>/oel/round_<r>/episodes.parquet "
         f"--experience {experience}{extractor}",
     )
-    consolidate = distill_stage(
-        ctx,
+    distill = distill_stage(ctx, "consolidation", "", experience, checkpoint_dir=rounds)
+    merging, _ = merge_latest(rounds)
+    consolidate = chained(
         "consolidation",
-        "OPCD of the experience list into the weights (deploy states without experience)",
-        experience,
-        checkpoint_dir=rounds,
+        "OPCD of the experience list into the weights (deploy states without experience), then the round's "
+        "last checkpoint merged into a Hugging Face folder for the next round",
+        [(distill.command, distill.overrides), (merging, [])],
     )
     first = (
         f"play episodes with the current policy; repeat stages 1-4 for r=1..{ctx.rounds}, and from round 2 on "
-        f"set model.path=<CKPT_ROOT>/{ctx.experiment}/round_<r-1>"
+        f"set actor_rollout_ref.model.path=<CKPT_ROOT>/{ctx.run}/round_<r-1>/huggingface (merged by "
+        "the consolidation stage)"
     )
     notes = [
         distill_note(ctx.top_k),
-        "Multi-turn games (FrozenLake, Sokoban) need verl's multi-turn rollout and an env tool config.",
+        "Multi-turn games (FrozenLake, Sokoban) need verl's agent-loop rollout and rlloop's game loop "
+        "(<VERL_EXT>/text_game_agent_loop.yaml, not written yet).",
     ]
     return FamilyPlan(
         [verl_stage("deploy", first, GENERATION, rollout), extract, consolidate, oel_evaluation(ctx, rounds)],
         notes=notes,
+        unresolved=[context_gap(experience), *teacher_gap(ctx)],
     )
 
 
@@ -163,18 +180,18 @@ def oel_evaluation(ctx: PlanContext, rounds: str) -> Stage:
     """Greedy generations on the valid split, scored; with --checkpoint-step, from that merged checkpoint of the
     round, followed by IF-Eval on it."""
     generations = "<RESULT_ROOT>/oel/round_<r>/eval_generations.parquet"
-    model = rounds
+    model = f"{rounds}/huggingface"  # merged by the consolidation stage
     parts: list[tuple[str, list[str]]] = []
     if ctx.roles.checkpoint:
         merging, model = checkpoint(ctx, rounds)
         parts.append((merging, []))
-    eval_generation = [
-        *ctx.generation(ctx.data_file("valid.parquet"), generations, model),
-        "rollout.n=1",
-        "rollout.temperature=0",
-        f"rollout.tensor_model_parallel_size={ctx.tensor_parallel}",
+    eval_generation = ctx.generation(ctx.data_file("valid.parquet"), generations, model, greedy=True)
+    eval_score = [  # main_eval reads its reward function from reward.* (get_custom_reward_fn), which
+        # verl's evaluation config lacks: appended
+        f"data.path={generations}",
+        f"+{BENCHMARK_REWARD}",
+        "+reward.custom_reward_function.name=compute_score",
     ]
-    eval_score = [f"data.path={generations}", BENCHMARK_REWARD]
     parts += [
         (command(GENERATION, eval_generation), eval_generation),
         (command(EVALUATION, eval_score), eval_score),
@@ -199,35 +216,29 @@ def if_eval(model: str, output: str) -> str:
 
 @family("gad", "seqkd", "warmup", "adversarial", "generation", "eval", aliases={"sft_warmup": "warmup"})
 def gad(ctx: PlanContext) -> FamilyPlan:
-    warm = f"<CKPT_ROOT>/{ctx.experiment}/sft"
+    warm = f"<CKPT_ROOT>/{ctx.run}/sft"
     teacher_data = ("<DATA_ROOT>/teacher_sft.parquet", "<DATA_ROOT>/teacher_sft_valid.parquet")
     seqkd = ctx.sft(
         *teacher_data,
-        "teacher_response",
         ctx.model,
-        f"<CKPT_ROOT>/{ctx.experiment}/seqkd",
+        f"<CKPT_ROOT>/{ctx.run}/seqkd",
         f"{ctx.experiment}-seqkd",
     )
-    sft = ctx.sft(*teacher_data, "teacher_response", ctx.model, warm, f"{ctx.experiment}-sft")
+    sft = ctx.sft(*teacher_data, ctx.model, warm, f"{ctx.experiment}-sft")
+    merge_warm, warm_model = merge_latest(warm, role="")
     adversarial = [
         "algorithm.adv_estimator=grpo",
-        *ctx.common(model=warm),
+        *ctx.common(model=warm_model),
         *exact_on_policy(ctx.train_batch_size),
-        "reward_model.enable=True",
-        f"reward_model.model.path={ctx.roles.reward or ctx.model}",
-        "+rlloop.gad.discriminator_loss=bradley_terry",
-        "+rlloop.gad.teacher_responses=<DATA_ROOT>/teacher_sft.parquet",
+        "reward.reward_model.enable=True",
+        f"reward.reward_model.model_path={ctx.roles.reward or ctx.model}",
+        "reward.reward_model.rollout.name=vllm",
     ]
-    student = "student: group-normalised PG on the discriminator's score; discriminator: Bradley-Terry"
+    student = "student: group-normalised PG on the discriminator's score (verl's reward model; it is not trained here)"
     torchrun = ctx.torchrun()
-    generations = f"<RESULT_ROOT>/{ctx.experiment}/generation/{_step(ctx)}.parquet"
-    merging, model = checkpoint(ctx, f"<CKPT_ROOT>/{ctx.experiment}")
-    generate = [
-        *ctx.generation("<DATA_ROOT>/valid.parquet", generations, model),
-        "data.n_samples=1",
-        "rollout.temperature=0",
-        f"rollout.tensor_model_parallel_size={ctx.tensor_parallel}",
-    ]
+    generations = f"<RESULT_ROOT>/{ctx.run}/generation/{_step(ctx)}.parquet"
+    merging, model = checkpoint(ctx, f"<CKPT_ROOT>/{ctx.run}")
+    generate = ctx.generation("<DATA_ROOT>/valid.parquet", generations, model, greedy=True)
     generation = chained(
         "generation",
         "merge the student's (actor's) checkpoint into a Hugging Face model (the discriminator's, under "
@@ -243,21 +254,25 @@ def gad(ctx: PlanContext) -> FamilyPlan:
             ctx,
             f"python <VERL_EXT>/gad_judge.py --judge-model {ctx.roles.coach or '<JUDGE_MODEL>'} "
             f"--generations {generations} --references <DATA_ROOT>/teacher_sft_valid.parquet "
-            f"--output <RESULT_ROOT>/{ctx.experiment}/eval/{_step(ctx)}.json",
+            f"--output <RESULT_ROOT>/{ctx.run}/eval/{_step(ctx)}.json",
         ),
         needs=["openai"],
     )
     teacher = ctx.roles.reference
     prepare = (
-        f": generate them with the teacher ({teacher}), e.g. python -m {GENERATION} model.path={teacher} "
-        "data.path=<DATA_ROOT>/train.parquet data.output_path=<DATA_ROOT>/teacher_sft.parquet, then rename its "
-        "responses column to teacher_response"
+        f": generate them with the teacher ({teacher}), e.g. python -m {GENERATION} "
+        f"actor_rollout_ref.model.path={teacher} data.train_files=<DATA_ROOT>/train.parquet "
+        "+data.output_path=<DATA_ROOT>/teacher.parquet, then python -m "
+        f"{EXTENSIONS}.data to-sft --input <DATA_ROOT>/teacher.parquet --output <DATA_ROOT>/teacher_sft.parquet"
         if teacher
         else "; name the teacher with --teacher to plan their generation"
     )
     unresolved = [
-        "teacher data: <DATA_ROOT>/teacher_sft.parquet and teacher_sft_valid.parquet (prompt, teacher_response)"
-        + prepare,
+        "teacher data: <DATA_ROOT>/teacher_sft.parquet and teacher_sft_valid.parquet (chat `messages` rows: "
+        "the prompt, then the teacher's response)" + prepare,
+        "GAD discriminator training (Bradley-Terry on teacher vs student responses) has no verl 0.9.1 hook: the "
+        "adversarial stage scores with a fixed discriminator (verl's reward model); rlloop's in-process gad "
+        "recipe trains it",
         "GAD checkout: its stages live on different branches; switch the checkout's branch before each stage",
     ]
     if ctx.roles.reward is None:
@@ -269,7 +284,11 @@ def gad(ctx: PlanContext) -> FamilyPlan:
                 "seqkd", "SeqKD baseline: SFT on the teacher's responses, to the end", SFT, seqkd, torchrun
             ),
             verl_stage("warmup", "SFT on the teacher's responses", SFT, sft, launcher=torchrun),
-            verl_stage("adversarial", student, MAIN_PPO, adversarial),
+            chained(
+                "adversarial",
+                f"merge the warm-up's last checkpoint into a Hugging Face folder, then {student}",
+                [(merge_warm, []), (command(MAIN_PPO, adversarial), adversarial)],
+            ),
             generation,
             evaluation,
         ],
@@ -316,32 +335,24 @@ def coach(ctx: PlanContext) -> FamilyPlan:
         "algorithm.adv_estimator=grpo",
         *ctx.common(),
         *exact_on_policy(ctx.train_batch_size),
-        "custom_reward_function.path=<VERL_EXT>/coach_reward.py",
+        "reward.custom_reward_function.path=<VERL_EXT>/coach_reward.py",
     ]
     openai = Prerequisite(
         item="OpenAI-compatible coach",
         detail="OPENAI_BASE_URL and OPENAI_API_KEY reachable from the driver node",
     )
-    results = f"<RESULT_ROOT>/{ctx.experiment}"
-    merging, model = checkpoint(ctx, f"<CKPT_ROOT>/{ctx.experiment}")
-    held_out = [
-        *ctx.generation(
-            "<DATA_ROOT>/wildchat_heldout.parquet", f"{results}/eval/{_step(ctx)}.parquet", model
-        ),
-        "data.n_samples=1",
-        f"rollout.tensor_model_parallel_size={ctx.tensor_parallel}",
-    ]
+    results = f"<RESULT_ROOT>/{ctx.run}"
+    merging, model = checkpoint(ctx, f"<CKPT_ROOT>/{ctx.run}")
+    held_out = ctx.generation(
+        "<DATA_ROOT>/wildchat_heldout.parquet", f"{results}/eval/{_step(ctx)}.parquet", model
+    )
     evaluation = chained(
         "eval",
         "held-out WildChat evaluation: merge the chosen checkpoint, generate on the held-out prompts",
         [(merging, []), (command(GENERATION, held_out), held_out)],
     )
     fuzzy_out = f"{results}/fuzzy/{_step(ctx)}.parquet"
-    fuzzy = [
-        *ctx.generation(f"{results}/fuzzy_benchmark.parquet", fuzzy_out, model),
-        "data.n_samples=1",
-        f"rollout.tensor_model_parallel_size={ctx.tensor_parallel}",
-    ]
+    fuzzy = ctx.generation(f"{results}/fuzzy_benchmark.parquet", fuzzy_out, model)
     fuzzy_eval = chained(
         "fuzzy-eval",
         "fuzzy benchmark generation: the coach rewrites benchmark prompts into fuzzy variants, the policy answers",
@@ -384,6 +395,7 @@ def coach(ctx: PlanContext) -> FamilyPlan:
         ],
         prerequisites=[openai],
         notes=[distill_note(ctx.top_k)],
+        unresolved=[context_gap("<RESULT_ROOT>/experience.json"), *teacher_gap(ctx)],
     )
 
 

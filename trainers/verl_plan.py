@@ -3,9 +3,11 @@
 `plan(...)` returns a `Plan`: ordered stages, each a shell command (`python -m verl.trainer.main_ppo` with Hydra
 overrides, or verl's SFT / generation / evaluation entry points) written with explicit placeholders for
 site-specific paths (<MODEL_ROOT>, <DATA_ROOT>, <CKPT_ROOT>, <RESULT_ROOT>, ...), plus a checklist of what must be
-true before the first command: GPUs, Ray, vLLM, the Docker image, and the credentials the stages need. Upstream
-verl has GRPO and OPO advantage estimators; the distillation families (OPCD, OEL consolidation, GAD's discriminator
-reward, the coach's reward) need extension modules, which are named as prerequisites rather than hidden.
+true before the first command: GPUs, Ray, vLLM, the Docker image, and the credentials the stages need. The commands
+are written for verl 0.9.1 and pass its own config composition and start-up checks (tests/trainers/
+test_verl_accepts.py). Upstream verl has GRPO and OPO advantage estimators; OPCD's (and OEL's consolidation's) is
+rlloop's `trainers.verl_ext.opcd`, which verl imports itself (VERL_USE_EXTERNAL_MODULES); what is not expressible in
+verl 0.9.1 (the teacher's context, GAD's discriminator training) is listed as unresolved rather than hidden.
 
 Each family is one builder registered in `FAMILIES` (`trainers.verl_families` holds the built-ins); this module
 validates the inputs, calls the family's builder and adds what every plan shares: the checklist, the roots (flags,
@@ -28,6 +30,7 @@ from trainers.verl_builders import (
     FAMILIES,
     PROMPT_TYPES,
     TRACKS,
+    VERL_VERSION,
     Checkpoints,
     FamilyBuilder,
     PlanContext,
@@ -60,9 +63,10 @@ PLACEHOLDERS: dict[str, str] = {
     "<DATA_ROOT>": "folder holding train.parquet / valid.parquet in verl's RL format, and experience files",
     "<CKPT_ROOT>": "where checkpoints are written (shared storage visible to every node)",
     "<RESULT_ROOT>": "where generations, evaluation results and logs are written",
-    "<VERL_EXT>": "rlloop's verl extension modules (OPCD top-k reverse-KL loss with a context-reading reference, "
-    "benchmark / coach reward functions, OEL extractor); NOT written yet: the plan names where they plug in",
-    "<VERL_IMAGE>": "Docker image with verl, vLLM, Ray and rlloop's extension modules installed",
+    "<VERL_EXT>": "trainers/verl_ext of the rlloop installed in <VERL_IMAGE> (verl reward-function files: "
+    "benchmark_reward.py, zero_reward.py; coach_reward.py, oel_extract.py, gad_judge.py, coach_fuzzy.py, "
+    "coach_score.py and text_game_agent_loop.yaml are NOT written yet)",
+    "<VERL_IMAGE>": f"Docker image with verl {VERL_VERSION}, vLLM, Ray and rlloop (trainers.verl_ext) installed",
 }
 
 # placeholders only the newer stages and flags use: what resolves each
@@ -293,7 +297,10 @@ def _unresolved(result: Plan, builder: FamilyBuilder, family_items: list[str]) -
             items.append(f"{name}: pass {flag} or export {variable}")
         elif name not in _ALWAYS:
             items.append(f"{name}: {text}")
-    items.append("<VERL_EXT>: rlloop's verl extension modules are not written yet; write and install them")
+    items.append(
+        "<VERL_EXT>: the path of trainers/verl_ext in <VERL_IMAGE>; a stage that names a file not written yet "
+        "(see Placeholders) needs it written first"
+    )
     items.append(
         "<VERL_IMAGE>: build or pull the image with verl, vLLM, Ray and the extensions on every node"
     )
@@ -328,7 +335,7 @@ def _cluster(ctx: PlanContext) -> list[Prerequisite]:
         ),
         Prerequisite(
             item="vLLM",
-            detail="vLLM importable in the image, matching verl's supported version",
+            detail=f"verl {VERL_VERSION} (what the commands are written for) and the vLLM it supports, in the image",
             check="python -c 'import vllm, verl; print(vllm.__version__, verl.__version__)'",
         ),
         Prerequisite(
@@ -363,5 +370,7 @@ def _extensions() -> Prerequisite:
     """Every family scores with rlloop's benchmark scorer or a custom loss, which upstream verl does not have."""
     return Prerequisite(
         item="verl extensions",
-        detail="<VERL_EXT> modules written and installed in <VERL_IMAGE> (not in upstream verl, not in rlloop yet)",
+        detail="rlloop installed in <VERL_IMAGE> (verl imports trainers.verl_ext.opcd in every worker through "
+        "the VERL_USE_EXTERNAL_MODULES the plan passes in ray_kwargs); <VERL_EXT> is its trainers/verl_ext folder",
+        check="python -c 'import trainers.verl_ext.opcd'",
     )

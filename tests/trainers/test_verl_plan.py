@@ -57,7 +57,7 @@ def test_credentials_follow_the_stage_needs() -> None:
 def test_single_stage_and_bad_shapes() -> None:
     only = plan("gad", stage="adversarial")
     assert [s.name for s in only.stages] == ["adversarial"]
-    assert "reward_model.enable=True" in only.stages[0].overrides
+    assert "reward.reward_model.enable=True" in only.stages[0].overrides
     with pytest.raises(ValueError, match="no stage 'x'"):
         plan("gad", stage="x")
     with pytest.raises(ValueError, match="unknown family"):

@@ -1,10 +1,10 @@
 """Issue 17 point 5 (shared with issue 12), offline: every command `plan` prints calls a verl entry point with keys
 verl's config has. For every family x track x stage, with and without every role flag, each `key=value` override
-of `main_ppo`, `main_generation`, `main_eval` and `fsdp_sft_trainer` names a key of that entry point's config (read
-from verl's own YAML into `fixtures/verl_config_keys.json` by `verl_config_keys.py`), each `+key=value` one a key
+of `main_ppo`, `main_generation_server`, `main_eval` and `sft_trainer` names a key of that entry point's config
+(composed by verl 0.9.1's own Hydra configs into `fixtures/verl_config_keys.json` by `verl_config_keys.py`), each `+key=value` one a key
 it does not have (Hydra refuses to append an existing key), no key is given twice, the shell words of the command
 are exactly the stage's overrides, and `verl.model_merger merge` gets only flags it parses. What this cannot check
-(verl's own config validation, e.g. required micro-batch sizes) needs verl installed: issue 12."""
+(verl's own config validation, e.g. required micro-batch sizes) needs verl installed: test_verl_accepts.py."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from trainers.verl_builders import EVALUATION, GENERATION, MAIN_PPO, MERGER, SFT
+from trainers.verl_builders import EVALUATION, GENERATION, MAIN_PPO, MERGER, SFT, VERL_VERSION
 from trainers.verl_plan import FAMILY_TRACKS, STAGES, plan
 
 KNOWN: dict[str, Any] = json.loads(
@@ -74,7 +74,7 @@ def test_every_override_is_a_key_verl_has(
             if key.startswith("+"):
                 assert key[1:] not in keys, f"{module}: {key} appends a key verl already has"
             else:
-                assert key in keys, f"{module} has no key {key!r} (verl {KNOWN['verl_commit'][:10]})"
+                assert key in keys, f"{module} has no key {key!r} (verl {KNOWN['verl_version']})"
         assert len({o.split("=", 1)[0] for o in overrides}) == len(overrides), overrides
         seen += overrides
     assert sorted(set(seen)) == sorted(
@@ -83,8 +83,11 @@ def test_every_override_is_a_key_verl_has(
 
 
 def test_the_key_list_is_verls() -> None:
-    assert KNOWN["sources"][MAIN_PPO] == "verl/trainer/config/_generated_ppo_trainer.yaml"
+    assert KNOWN["verl_version"] == VERL_VERSION
+    assert KNOWN["sources"][MAIN_PPO] == "verl/trainer/config/ppo_trainer.yaml"
     ppo = set(KNOWN["keys"][MAIN_PPO])
     assert {"actor_rollout_ref.rollout.n", "trainer.nnodes", "algorithm.adv_estimator"} <= ppo
-    assert "actor_rollout_ref.ref.model.path" not in ppo  # why the teacher path is an extension key
-    assert "data.n_samples" in KNOWN["keys"][GENERATION] and "--local_dir" in KNOWN["merger_flags"]
+    assert "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu" in ppo
+    assert "actor_rollout_ref.ref.model.path" not in ppo  # why a named teacher cannot be the reference
+    assert "data.output_path" not in KNOWN["keys"][GENERATION]  # read by main_generation_server: appended
+    assert "data.messages_key" in KNOWN["keys"][SFT] and "--local_dir" in KNOWN["merger_flags"]

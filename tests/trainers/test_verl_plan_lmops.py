@@ -50,7 +50,7 @@ def test_each_document_command_line_runs_as_written(line: str, tmp_path: Path) -
             assert out.exit_code == 0, out.output
             assert "1. on-policy [not executed: GPU, Docker, Ray, vLLM, W&B, Hugging Face]" in out.output
             assert (
-                "+rlloop.distill.prompt_type=safety" in out.output
+                "data.train_files=<DATA_ROOT>/system-prompt/safety/train.parquet" in out.output
                 and "## Unresolved prerequisites" in out.output
             )
             assert (
@@ -108,7 +108,8 @@ def test_refused_flags_and_stages_list_the_valid_ones() -> None:
 def test_tracks_set_the_data_and_the_rollout() -> None:
     math = plan("opcd", track="math", stage="on-policy").stages[0].overrides
     assert "data.train_files=<DATA_ROOT>/math/train.parquet" in math
-    assert "+rlloop.distill.context_file=<DATA_ROOT>/math/experience.json" in math
+    off_policy = plan("opcd", track="math", stage="off-policy").stages[0].command
+    assert "--context <DATA_ROOT>/math/experience.json" in off_policy  # the teacher's prompts get the context
     game = plan("opcd", track="text-game", stage="on-policy").stages[0].overrides
     assert "actor_rollout_ref.rollout.multi_turn.enable=True" in game
     prompt = plan("opcd", track="system-prompt", prompt_type="medmcqa", stage="check-inputs").stages[0]
@@ -131,7 +132,7 @@ def test_roles_are_placed_where_each_stage_uses_them() -> None:
         env={},
     )
     by_name = {s.name: s for s in result.stages}
-    assert "reward_model.model.path=<MODEL_ROOT>/disc" in by_name["adversarial"].overrides
+    assert "reward.reward_model.model_path=<MODEL_ROOT>/disc" in by_name["adversarial"].overrides
     assert by_name["adversarial"].roles == {
         "reward": "<MODEL_ROOT>/disc"
     }  # the policy starts from the warm-up
@@ -144,8 +145,10 @@ def test_roles_are_placed_where_each_stage_uses_them() -> None:
     )
     assert "--judge-model gpt-4o" in by_name["eval"].command and by_name["eval"].needs == ["openai"]
     assert any("generate them with the teacher (<MODEL_ROOT>/teacher)" in u for u in result.unresolved)
-    distill = plan("opcd", stage="on-policy", reference="Qwen/Qwen3-8B", env={}).stages[0]
-    assert "+rlloop.distill.teacher_path=Qwen/Qwen3-8B" in distill.overrides and "hf" in distill.needs
+    teacher = plan("opcd", stage="off-policy", reference="Qwen/Qwen3-8B", env={})
+    assert "actor_rollout_ref.model.path=Qwen/Qwen3-8B" in teacher.stages[0].overrides
+    assert "hf" in teacher.stages[0].needs
+    assert any(u.startswith("teacher Qwen/Qwen3-8B: verl 0.9.1's reference") for u in teacher.unresolved)
     ranged = plan("coach", stage="end-task-eval", checkpoint_step="100-300:100", env={}).stages[0]
     assert ranged.command.startswith("for step in $(seq 100 100 300); do python -m verl.model_merger merge")
     assert "IF-Eval" in ranged.heavy and "hf" in ranged.needs
