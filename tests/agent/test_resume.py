@@ -35,6 +35,8 @@ ARGS = [
     "local",
     "--timeout",
     "30m",
+    "--submit",
+    "all",  # every trial graded, so submit:1 always has a submission to die after (improved: test_validation.py)
     "--quiet",
 ]
 

@@ -139,7 +139,10 @@ def test_kill_9_then_resume_never_submits_twice_under_improved(failpoint: str, t
     from agent.status import read_state
     from tests.agent.test_resume import ARGS, _run
 
-    args = [*ARGS, "--submit", "improved"]
+    steps = (
+        ARGS.index("--trial-steps") + 1
+    )  # enough steps that t01 beats the base beyond noise, so it is graded
+    args = [*ARGS[:steps], "300", *ARGS[steps + 1 :], "--submit", "improved"]
     crashed = _run(tiny_model_home, "run", "--run-id", "crash", *args, RLLOOP_FAILPOINT=failpoint)
     assert crashed.returncode == -signal.SIGKILL, crashed.stdout + crashed.stderr
     resumed = _run(tiny_model_home, "resume", "crash")
