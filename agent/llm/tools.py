@@ -55,6 +55,7 @@ class ToolEnv:
     script_timeout_s: float = 60.0
     script_memory_mb: int = 2048
     scripts_run: int = 0
+    scripts_off: str | None = None  # why run_script is not offered (e.g. the approval policy gates code)
 
     @classmethod
     def from_run(cls, run: Any, trial_id: str, trials: list[TrialRecord]) -> ToolEnv:
@@ -69,7 +70,14 @@ class ToolEnv:
             trial_id=trial_id,
             script_timeout_s=run.config.llm_script_timeout,
             script_memory_mb=min(run.config.trial_memory_mb, 4096),
+            scripts_off=_scripts_off(run.config.approval),
         )
+
+    def tool_names(self) -> list[str]:
+        """The tools this environment offers."""
+        return [
+            n for n in TOOLS.names() if not (n == "run_script" and (self.scripts_off or self.sandbox is None))
+        ]
 
     def data_file(self, split: str) -> Path:
         return self.workspace / "data" / f"{split}.jsonl"
@@ -330,7 +338,16 @@ class ScriptArgs(BaseModel):
     timeout_s: float = Field(30.0, gt=0, description="Wall-time limit (capped by the run's script limit).")
 
 
+def _scripts_off(approval: str) -> str | None:
+    """Code runs only where the approval policy lets code run unreviewed: under `code` or `always` a person
+    approves each trial's code, so the LLM's own scripts (which no one would review) are not offered."""
+    gated = {"code", "always"} & set(approval.split(","))
+    return f"run_script is off under --approval {approval} (no one reviews its code)" if gated else None
+
+
 def _run_script(env: ToolEnv, args: ScriptArgs) -> ToolOutput:
+    if env.scripts_off:
+        raise ToolFailure(env.scripts_off)
     if env.sandbox is None or env.paths is None:
         raise ToolFailure("run_script is not available here (no sandbox): reason from the other tools")
     if env.budget is not None and (reason := env.budget.exhausted()):

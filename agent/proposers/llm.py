@@ -257,7 +257,7 @@ class LLMProposer:
         schema = proposal_schema(catalog.names())
         errors: list[str] = []
         attempts = 1 + self.max_repair_attempts
-        tools = tool_specs() if env is not None else None
+        tools = tool_specs(env.tool_names()) if env is not None else None
         attempt = 0
         while attempt < attempts:
             spent = env is not None and len(self.tool_calls) >= self.max_tool_calls

@@ -17,7 +17,7 @@ import pytest
 
 from agent.results import read_results
 from agent.status import read_state
-from tests.support.openai_server import ScriptedOpenAIServer, reply
+from tests.support.openai_server import ScriptedOpenAIServer, call, reply, tool_calls
 
 pytestmark = pytest.mark.slow
 
@@ -123,3 +123,92 @@ def test_llm_spend_survives_a_crash_and_resume(tiny_model_home: Path) -> None:
     state = read_state(run_dir)
     assert [t["status"] for t in state["trials"]] == ["succeeded"]
     assert state["stop_reason"] == "budget spent: LLM tokens 1200 reached the budget of 1000"
+
+
+TOOL_SCRIPT = "import os\nprint(sorted(os.listdir(os.environ['DATA_PATH'])))\n"
+
+
+def test_the_llm_looks_before_it_proposes_and_the_next_run_remembers(tiny_model_home: Path) -> None:
+    """Run 1: the model calls each tool (two of them fail: no trial yet), then proposes; the calls are in the
+    trial's proposal_tools.jsonl, the run log and the MLflow traces of its trial run. Run 2 (--memory) is told
+    what run 1 learned."""
+    from mlflow import MlflowClient
+
+    from agent.tracking import EXPERIMENT_KIND_TAG, TRIAL_TAG
+
+    looks = [
+        call("data_rows", {"split": "valid", "limit": 2}),
+        call("split_stats", {}),
+        call("validation_results", {"trial_id": "t01"}),
+        call("trial_log", {"trial_id": "t01"}),
+        call("recipe_source", {"recipe": "sft"}),
+        call("run_script", {"code": TOOL_SCRIPT, "timeout_s": 60}),
+    ]
+    with ScriptedOpenAIServer(models=["test-model"]) as server:
+        server.enqueue(tool_calls(*looks), reply(_proposal(FIXED)))
+        first = _run(tiny_model_home, server.base_url, "--run-id", "llm-tools", "--memory")
+        requests = server.chat_requests()
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert len(requests) == 2 and sorted(requests[0].tool_names) == sorted(
+        c["function"]["name"] for c in looks
+    )
+    answers = [m["content"] for m in requests[1].messages if m["role"] == "tool"]
+    assert "valid.jsonl rows 0..1" in answers[0] and "train:" in answers[1]
+    assert answers[2].startswith("error: trial t01 has no validation results")
+    assert answers[3].startswith("error: trial t01 has no log yet")
+    assert "exit 0" in answers[5] and "train.jsonl" in answers[5] and "valid.jsonl" in answers[5]
+
+    run_dir = tiny_model_home / "runs" / "llm-tools"
+    trial_dir = run_dir / "workspace" / "trials" / "t01"
+    logged = [json.loads(line) for line in (trial_dir / "proposal_tools.jsonl").read_text().splitlines()]
+    assert [(r["name"], r["ok"]) for r in logged] == [
+        ("data_rows", True),
+        ("split_stats", True),
+        ("validation_results", False),
+        ("trial_log", False),
+        ("recipe_source", True),
+        ("run_script", True),
+    ]
+    run_log = (run_dir / "run.log").read_text()
+    assert "tool data_rows(split='valid', limit=2): 2 valid rows" in run_log
+    assert "tool run_script(" in run_log and "t01-script1: exit 0" in run_log
+    assert read_state(run_dir)["trials"][0]["status"] == "succeeded"
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{tiny_model_home / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("rlloop/arith")
+    assert experiment is not None and experiment.tags[EXPERIMENT_KIND_TAG] == "custom_model_development"
+    (trial_run,) = client.search_runs(
+        [experiment.experiment_id],
+        filter_string=f"tags.`{TRIAL_TAG}` = 't01' and tags.`rlloop.run_id` = 'llm-tools'",
+    )
+    traces = client.search_traces(locations=[experiment.experiment_id], run_id=trial_run.info.run_id)
+    nodes = {t.info.tags["rlloop.node"]: t for t in traces}
+    assert {"propose", "run_trial", "record"} <= nodes.keys()
+    spans = [s.name for s in nodes["propose"].data.spans]
+    assert spans.count("llm:propose") == 2 and [s for s in spans if s.startswith("tool:")] == [
+        f"tool:{r['name']}" for r in logged
+    ]
+    assert "proposal_tools.jsonl" in [a.path for a in client.list_artifacts(trial_run.info.run_id)]
+
+    memory_files = list((tiny_model_home / "memory").glob("arith__tiny-arith*.json"))
+    assert len(memory_files) == 1
+    with ScriptedOpenAIServer(models=["test-model"]) as server:
+        server.enqueue(reply(_proposal(FIXED)))
+        second = _run(
+            tiny_model_home,
+            server.base_url,
+            "--run-id",
+            "llm-remembers",
+            "--memory",
+            "--llm-max-tool-calls",
+            "0",
+        )
+        (asked,) = server.chat_requests()
+    assert second.returncode == 0, second.stdout + second.stderr
+    prompt = asked.messages[1]["content"]
+    assert "# Lessons from earlier runs on this benchmark and base model (memory)" in prompt
+    assert "1 trials over 1 earlier run(s) of arith on tiny-arith" in prompt
+    assert "sft (custom train.py) ->" in prompt and "[llm-tools/t01," in prompt
+    assert "tools" not in asked.body  # --llm-max-tool-calls 0
+    lessons = json.loads(memory_files[0].read_text())["lessons"]
+    assert [(x["run_id"], x["trial_id"]) for x in lessons] == [("llm-tools", "t01"), ("llm-remembers", "t01")]

@@ -15,7 +15,7 @@ from mlflow import MlflowClient
 from agent.llm import LLMClient, LLMSettings, PriceTable, RetryPolicy
 from agent.llm.budget import Budget, BudgetLimits
 from agent.llm.recipes import RecipeCatalog
-from agent.llm.tools import TOOLS, ToolEnv, call_tool, failure_clusters, tool_specs
+from agent.llm.tools import TOOLS, ToolEnv, _scripts_off, call_tool, failure_clusters, tool_specs
 from agent.proposers.base import Proposal, ProposalContext, TrialRecord
 from agent.proposers.llm import LLMProposer, ProposalError
 from agent.tracking import TRIAL_TAG, Tracker
@@ -271,6 +271,16 @@ def test_tools_are_not_offered_without_a_run_and_a_budget_caps_them(
         not record.ok
         and record.result == "error: no compute left for scripts: compute 5s reached the budget of 1s"
     )
+    gated = ToolEnv(
+        workspace=run_dir.workspace,
+        paths=run_dir,
+        sandbox=LocalSandbox(),
+        scripts_off=_scripts_off("code"),
+    )
+    assert "run_script" not in gated.tool_names() and "data_rows" in gated.tool_names()
+    refused = call_tool(gated, "c2", "run_script", json.dumps({"code": "print(1)"}))
+    assert refused.result == "error: run_script is off under --approval code (no one reviews its code)"
+    assert _scripts_off("never") is None and _scripts_off("budget,always") is not None
     assert [spec["function"]["name"] for spec in tool_specs(["data_rows"])] == ["data_rows"]
     assert tool_specs(["data_rows"])[0]["function"]["parameters"]["properties"]["limit"]["maximum"] == 50
 
