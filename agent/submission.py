@@ -183,6 +183,6 @@ class Screened(RunResources):
                 update["best_score"], update["best_trial_id"] = graded.score, graded.trial_id
             self.reporter.info(
                 f"    [bold]final submission[/bold] {graded.trial_id} (best valid {graded.valid_score:.3f}): "
-                f"{graded.score:.3f} on the public test half"
+                f"graded {graded.score:.3f}"
             )
         return cast(LoopState, {**state, **update}), update
