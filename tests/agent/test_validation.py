@@ -97,16 +97,18 @@ def test_improved_skips_a_checkpoint_that_is_no_better(tiny_model_home: Path) ->
     from agent.driver import execute
     from agent.status import read_state
 
-    config = RunConfig(
-        home=tiny_model_home,
-        run_id="skip",
-        loop_n=2,
-        proposer="copy-parent",
-        sandbox="local",
-        eval_limit=100,
-        public_fraction=0,
-        test_seed=20261201,
-        quiet=True,
+    config = RunConfig.model_validate(
+        {
+            "home": tiny_model_home,
+            "run_id": "skip",
+            "loop_n": 2,
+            "proposer": "copy-parent",
+            "sandbox": "local",
+            "eval_limit": 100,
+            "public_fraction": 0,
+            "test_seed": 20261201,
+            "quiet": True,
+        }
     )
     summary = execute(config)
     run_dir = tiny_model_home / "runs" / "skip"
