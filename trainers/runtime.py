@@ -130,7 +130,7 @@ def base_training_args(config: TrainerConfig, staging: Path) -> dict[str, Any]:
         "dataloader_num_workers": 0,
         "dataloader_pin_memory": where.on_gpu,
         "bf16": where.dtype == torch.bfloat16,
-        "fp16": where.dtype == torch.float16,
+        "fp16": False,  # fp16 weights (RLLOOP_DTYPE=float16) train as they are: TRL's grad scaler refuses them
         "use_cpu": not where.on_gpu,
         "disable_tqdm": True,
         **(device.checkpointing_args() if config.gradient_checkpointing else {}),
