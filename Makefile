@@ -86,11 +86,11 @@ sandbox-image: $(VENV)/.installed
 gpu-check:
 	$(PYTHON) benchmarks/gpu_check.py $(GPU_CHECK_ARGS)
 
-## test: the whole suite, Docker tests included (the engine and the trainer image are set up first)
+## test: the whole suite, Docker tests included (the engine, the trainer and agent images are set up first)
 test: $(VENV)/.installed-dev $(VENV)/.installed-verl
 	bash .ci/docker.sh
 	bash .ci/chromium.sh
-	$(BIN)/rlloop sandbox build
+	$(BIN)/rlloop sandbox build --agent
 	RLLOOP_VERL_SITE=$(VERL_SITE) $(BIN)/python -m pytest -q -p no:cacheprovider --timeout=1800
 	$(MAKE) test-vllm
 
