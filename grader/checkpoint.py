@@ -4,7 +4,9 @@ A submission is untrusted input. Before anything is loaded the folder must resol
 (symlinks included), stay under size and file-count limits, carry no remote code (`auto_map`), and match the base
 model's architecture and tokenizer vocabulary. Weights are read from safetensors, or from torch files with
 `weights_only=True`; `trust_remote_code` is never set. LoRA adapters are merged onto the grader's own base model.
-Error messages name the problem and the offending file, never file contents.
+Error messages name the problem and the offending file, never file contents. A submission that ships a chat
+template other than the base model's is not refused but flagged (`chat_template_flag`): prompts are always rendered
+with the base model's template, and a flagged submission can never become the run's best.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import torch
 from grader.config import CheckpointLimits
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model", "vocab.txt")
+CHAT_TEMPLATE_FILES = ("chat_template.jinja", "chat_template.json", "tokenizer_config.json")
 ADAPTER_WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin")
 MAX_JSON_BYTES = 4 * 1024 * 1024
 # Adapter settings that change the merged weights; everything else in adapter_config.json is bookkeeping.
@@ -50,6 +53,7 @@ class CheckpointInfo:
     kind: Literal["full", "adapter"]
     weight_files: tuple[Path, ...]
     config: dict[str, Any] = field(default_factory=dict)
+    chat_template_sha256: str | None = None  # of the chat template the submission ships, if any
 
 
 def resolve_submission(raw_path: str, allowed_roots: list[Path]) -> Path:
@@ -157,11 +161,48 @@ class BaseModelReference:
     path: Path
     config: dict[str, Any]
     vocab: dict[str, int]
+    chat_template_sha256: str | None = None
 
     @classmethod
     def read(cls, path: Path) -> BaseModelReference:
         config = _read_json(path / "config.json", "config.json")
-        return cls(path=path, config=config, vocab=_tokenizer_vocab(path))
+        return cls(
+            path=path,
+            config=config,
+            vocab=_tokenizer_vocab(path),
+            chat_template_sha256=shipped_chat_template(path),
+        )
+
+
+def shipped_chat_template(folder: Path) -> str | None:
+    """SHA-256 of the chat template a folder ships (chat_template.jinja, chat_template.json, or tokenizer_config's
+    `chat_template`, in the order transformers reads them), or None when it ships none. Read as text only."""
+    from tasks.chat import template_sha256
+
+    jinja = folder / "chat_template.jinja"
+    if jinja.is_file():
+        if jinja.stat().st_size > MAX_JSON_BYTES:
+            raise CheckpointError("chat_template.jinja is too large; keep the base model's template")
+        return template_sha256(jinja.read_text(encoding="utf-8", errors="replace"))
+    for name in ("chat_template.json", "tokenizer_config.json"):
+        if (folder / name).is_file():
+            template = _read_json(folder / name, name).get("chat_template")
+            if isinstance(template, list):  # named templates: the default one is what prompts would use
+                named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
+                template = named.get("default")
+            if isinstance(template, str) and template.strip():
+                return template_sha256(template)
+    return None
+
+
+def chat_template_flag(info: CheckpointInfo, base: BaseModelReference) -> str | None:
+    """Why a submission is flagged for its chat template (one it ships that is not the base's), or None."""
+    if info.chat_template_sha256 is None or info.chat_template_sha256 == base.chat_template_sha256:
+        return None
+    return (
+        f"the submission ships its own chat template (sha256 {info.chat_template_sha256[:12]}, base "
+        f"{(base.chat_template_sha256 or 'none')[:12]}); it was ignored: prompts use the base model's template"
+    )
 
 
 def inspect_checkpoint(folder: Path, base: BaseModelReference, limits: CheckpointLimits) -> CheckpointInfo:
@@ -199,7 +240,13 @@ def inspect_checkpoint(folder: Path, base: BaseModelReference, limits: Checkpoin
         )
     if names & set(TOKENIZER_FILES) and _tokenizer_vocab(folder) != base.vocab:
         raise CheckpointError("tokenizer vocabulary differs from the base model's; keep the base tokenizer")
-    return CheckpointInfo(path=folder, kind=kind, weight_files=weights, config=config)
+    return CheckpointInfo(
+        path=folder,
+        kind=kind,
+        weight_files=weights,
+        config=config,
+        chat_template_sha256=shipped_chat_template(folder),
+    )
 
 
 def _tensor_bytes(tensor: torch.Tensor) -> bytes:
@@ -219,6 +266,8 @@ def content_hash(info: CheckpointInfo) -> str:
     from safetensors import safe_open
 
     digest = hashlib.sha256(f"kind={info.kind}\n".encode())
+    if info.chat_template_sha256 is not None:  # same weights, another template: another submission (it is flagged)
+        digest.update(f"chat_template={info.chat_template_sha256}\n".encode())
     if info.kind == "adapter":
         identity = {k: info.config.get(k) for k in _ADAPTER_IDENTITY_KEYS}
         digest.update(json.dumps(identity, sort_keys=True, default=str).encode())

@@ -1,7 +1,9 @@
 """Pydantic configs for the grader: how a model is evaluated (`EvalConfig`) and how a grading server runs.
 
 `EvalConfig.identity()` is part of every score's identity: a baseline cached under one config is never reused for
-another, so changing the prompt format, sampling or sample limit always re-scores the baseline.
+another, so changing the prompt format, sampling or sample limit always re-scores the baseline. Chat prompts add
+the base model's chat template (its SHA-256) and the stop tokens it ends a turn with, which the grader pins from the
+base tokenizer at start (`pin_chat`): a changed template is a different score identity.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -30,6 +33,22 @@ class EvalConfig(BaseModel):
     engine: str = (
         "auto"  # a name in grader.engines.ENGINES; auto = the most capable one available (vLLM on a GPU)
     )
+    # "chat": the benchmark's prompt (in `prompt_format`) as the user turn of the BASE model's chat template
+    prompt_style: Literal["plain", "chat"] = "plain"
+    system_prompt: str | None = Field(default=None, max_length=8192)  # chat only: a system turn first
+    # pinned by the grader from the base tokenizer (pin_chat); a config that names other values is refused
+    chat_template_sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
+    stop_tokens: tuple[
+        str, ...
+    ] = ()  # the template's end-of-turn tokens; generation stops at them and at EOS
+
+    @model_validator(mode="after")
+    def _chat_fields(self) -> EvalConfig:
+        if self.prompt_style == "plain" and (
+            self.system_prompt or self.chat_template_sha256 or self.stop_tokens
+        ):
+            raise ValueError("system_prompt, chat_template_sha256 and stop_tokens need prompt_style='chat'")
+        return self
 
     @field_validator("engine")
     @classmethod
@@ -45,8 +64,39 @@ class EvalConfig(BaseModel):
     def identity(self) -> str:
         """Stable hash of every field that can change a score (the engine is left out: same decoding, same score)."""
         fields = self.model_dump(exclude={"engine", "batch_size"})
+        for name in _CHAT_FIELDS:  # plain prompts keep the identities they had before chat prompts existed
+            if fields[name] == type(self).model_fields[name].default:
+                del fields[name]
         blob = json.dumps(fields, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+_CHAT_FIELDS = ("prompt_style", "system_prompt", "chat_template_sha256", "stop_tokens")
+
+
+def pin_chat(config: EvalConfig, base_tokenizer: Any) -> EvalConfig:
+    """`config` with the base model's chat template hash and stop tokens filled in (chat prompts only).
+
+    Raises ValueError when the config already names a different template: the base model's tokenizer changed
+    since the scores under that config were made."""
+    if config.prompt_style != "chat":
+        return config
+    from tasks.chat import ChatPrompts
+
+    chat = ChatPrompts.of(base_tokenizer, config.system_prompt)
+    if config.chat_template_sha256 not in (None, chat.sha256):
+        raise ValueError(
+            "eval.chat_template_sha256 does not match the base model's chat template; the base tokenizer "
+            "changed, so its scores are not comparable: drop the field to pin the current template"
+        )
+    if config.stop_tokens and list(config.stop_tokens) != chat.stop_tokens:
+        raise ValueError(
+            f"eval.stop_tokens {list(config.stop_tokens)} differ from the base template's {chat.stop_tokens}; "
+            "drop the field to pin the template's own"
+        )
+    return config.model_copy(
+        update={"chat_template_sha256": chat.sha256, "stop_tokens": tuple(chat.stop_tokens)}
+    )
 
 
 class CheckpointLimits(BaseModel):

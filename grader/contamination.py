@@ -36,7 +36,7 @@ from pydantic import BaseModel
 from grader.benchmarks import MultiTurnBenchmark, Sample
 from grader.config import IntegrityConfig
 
-Check = Literal["contamination", "base_copy", "near_duplicate"]
+Check = Literal["contamination", "base_copy", "near_duplicate", "chat_template"]
 
 WEIGHT_SUFFIXES = {
     ".safetensors",

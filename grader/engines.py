@@ -23,6 +23,7 @@ from typing import Any, Protocol
 import torch
 
 from grader.config import EvalConfig
+from grader.prompts import stop_token_ids
 from tasks.plugins import Registry
 
 
@@ -76,7 +77,7 @@ class HFEngine:
             "do_sample": config.do_sample,
             "use_cache": True,
             "pad_token_id": tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id,
-            "eos_token_id": tok.eos_token_id,
+            "eos_token_id": stop_token_ids(tok, config),  # EOS and a chat template's end-of-turn tokens
             "bos_token_id": tok.bos_token_id,
         }
         if config.do_sample:

@@ -20,7 +20,7 @@ import torch
 from pydantic import BaseModel, Field
 
 from grader.benchmarks.base import BatchScoring, Benchmark, MultiTurnBenchmark, PromptFormatting, Sample
-from grader.config import EvalConfig
+from grader.config import EvalConfig, pin_chat
 from grader.engines import (
     ENGINES,
     GenerationEngine,
@@ -30,6 +30,7 @@ from grader.engines import (
     close_engine,
     vllm_available,
 )
+from grader.prompts import chat_renderer
 from grader.stats import bootstrap_ci
 from tasks.answers import cut_at_stop
 
@@ -83,8 +84,15 @@ def pick_exemplars(train: Sequence[Sample], k: int, seed: int, exclude_prompts: 
     return random.Random(seed).sample(pool, k)
 
 
-def build_prompts(benchmark: Benchmark, samples: Sequence[Sample], config: EvalConfig) -> list[str]:
-    """The prompts the model sees under `config`'s prompt format and few-shot count."""
+def build_prompts(
+    benchmark: Benchmark, samples: Sequence[Sample], config: EvalConfig, tokenizer: Any = None
+) -> list[str]:
+    """The prompts the model sees under `config`'s prompt format and few-shot count; with prompt_style="chat",
+    each one as the user turn of `tokenizer`'s (the base model's) chat template."""
+    chat = chat_renderer(config, tokenizer)
+    if chat is not None:
+        plain = build_prompts(benchmark, samples, config.model_copy(update={"prompt_style": "plain"}))
+        return [chat.render(p) for p in plain]
     formats = list(getattr(benchmark, "prompt_formats", ["default"]))
     if config.prompt_format not in formats:
         raise ValueError(
@@ -110,7 +118,11 @@ def select_samples(samples: Sequence[Sample], config: EvalConfig) -> list[Sample
 
 
 def play_games(
-    engine: GenerationEngine, samples: Sequence[Sample], benchmark: MultiTurnBenchmark, config: EvalConfig
+    engine: GenerationEngine,
+    samples: Sequence[Sample],
+    benchmark: MultiTurnBenchmark,
+    config: EvalConfig,
+    tokenizer: Any = None,
 ) -> tuple[list[float], list[int]]:
     """Play every sample's game to the end; each turn is ONE batched generate call over the games still running.
 
@@ -125,6 +137,7 @@ def play_games(
             f"benchmark {benchmark.name!r} has no prompt format {config.prompt_format!r}; "
             f"choose one of {list(benchmark.prompt_formats)}"
         )
+    chat = chat_renderer(config, tokenizer)
     games = [benchmark.start_game(sample) for sample in samples]
     budget, stop = benchmark.turn_budget(config.prompt_format)
     max_new = config.max_new_tokens or budget
@@ -133,6 +146,7 @@ def play_games(
         if not playing:
             break
         prompts = [game.prompt(config.prompt_format) for game in playing]
+        prompts = [chat.render(p) for p in prompts] if chat is not None else prompts
         replies = engine.generate(prompts, max_new_tokens=max_new, stop=stop, config=config)
         for game, reply in zip(playing, replies, strict=True):
             game.step(cut_at_stop(reply, stop))
@@ -140,20 +154,29 @@ def play_games(
 
 
 def run_evaluation(
-    engine: GenerationEngine, samples: Sequence[Sample], benchmark: Benchmark, config: EvalConfig
+    engine: GenerationEngine,
+    samples: Sequence[Sample],
+    benchmark: Benchmark,
+    config: EvalConfig,
+    tokenizer: Any = None,
 ) -> EvalResult:
     """Generate with `engine`, cut at stop strings, score each sample, and summarise with a bootstrap CI.
 
     Multi-turn benchmarks are played instead (`play_games`): the score is the success rate over their games.
+    Chat prompts are rendered with `tokenizer` (the base model's; default: the engine's), whose template hash and
+    stop tokens are pinned into the config the result's hash is made from.
     """
+    tokenizer = tokenizer if tokenizer is not None else getattr(engine, "tokenizer", None)
+    if config.prompt_style == "chat":
+        config = pin_chat(config, tokenizer)
     chosen = select_samples(samples, config)
     torch.manual_seed(config.seed)
     start = time.perf_counter()
     turns: list[int] = []
     if isinstance(benchmark, MultiTurnBenchmark):
-        scores, turns = play_games(engine, chosen, benchmark, config)
+        scores, turns = play_games(engine, chosen, benchmark, config, tokenizer)
     else:
-        prompts = build_prompts(benchmark, chosen, config)
+        prompts = build_prompts(benchmark, chosen, config, tokenizer)
         max_new = config.max_new_tokens or benchmark.max_new_tokens
         completions = engine.generate(
             prompts, max_new_tokens=max_new, stop=list(benchmark.stop), config=config
@@ -195,7 +218,7 @@ def evaluate_model(
     with tempfile.TemporaryDirectory(prefix=f"engine-{spec.name}-", dir=scratch_parent) as scratch:
         engine = spec.from_model(model, tokenizer, Path(scratch), config)
         try:
-            return run_evaluation(engine, samples, benchmark, config)
+            return run_evaluation(engine, samples, benchmark, config, tokenizer)
         finally:
             close_engine(engine)
 
@@ -218,8 +241,11 @@ def evaluate(
     spec = choose_engine(config)
     engine = spec.from_path(Path(model_path), tokenizer_path, config) if spec.from_path else None
     if engine is not None:  # an engine that reads the checkpoint's files itself (vLLM on safetensors)
+        chat_tokenizer = None
+        if config.prompt_style == "chat":
+            chat_tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_path), trust_remote_code=False)
         try:
-            return run_evaluation(engine, samples, benchmark, config)
+            return run_evaluation(engine, samples, benchmark, config, chat_tokenizer)
         finally:
             close_engine(engine)
     tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_path), trust_remote_code=False)

@@ -26,6 +26,7 @@ from grader.checkpoint import (
     BaseModelReference,
     CheckpointError,
     CheckpointInfo,
+    chat_template_flag,
     content_hash,
     inspect_checkpoint,
     load_checkpoint,
@@ -33,7 +34,7 @@ from grader.checkpoint import (
     resolve_submission,
     weights_fingerprint,
 )
-from grader.config import GraderConfig
+from grader.config import GraderConfig, pin_chat
 from grader.contamination import Flag, TestItemIndex, flags_json, integrity_flags
 from grader.evaluation import EvalResult, evaluate_model, select_samples
 from grader.stats import ScoreSummary, summarize
@@ -126,6 +127,8 @@ class GraderService:
         self.test_index = TestItemIndex.for_benchmark(self.benchmark, self.samples, cfg.integrity.ngram)
         self.base_ref = BaseModelReference.read(cfg.base_model.resolve())
         self.tokenizer = AutoTokenizer.from_pretrained(str(self.base_ref.path), trust_remote_code=False)
+        # chat prompts: the base template's hash and stop tokens join the eval identity (and so the baseline's key)
+        self.config = cfg = cfg.model_copy(update={"eval": pin_chat(cfg.eval, self.tokenizer)})
         base_model = load_model(self.base_ref.path)
         self.base_fingerprint = weights_fingerprint(base_model)
         test_hash = hashlib.sha256(
@@ -249,6 +252,10 @@ class GraderService:
             return self.store.update(submission_id, status="failed", error=str(exc), finished_at=time.time())
         is_copy = weights_fingerprint(model) == self.base_fingerprint
         flags = self._integrity(sub, model)
+        own_template = chat_template_flag(info, self.base_ref)
+        if own_template:
+            log.warning("submission %d flagged (chat_template): %s", sub.id, own_template)
+            flags.append(Flag(check="chat_template", evidence=own_template))
         if is_copy:
             scores = json.loads(self.baseline.per_sample)
             full = sum(scores) / len(scores)
