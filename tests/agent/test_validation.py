@@ -10,7 +10,7 @@ import pytest
 
 from agent.config import RunConfig
 from agent.proposers import PROPOSERS
-from agent.proposers.base import Proposal, ProposalContext
+from agent.proposers.base import Proposal, ProposalContext, SearchDone
 from agent.submission import should_submit
 from agent.validation import BASE_ID, load_validation, valid_samples, validate
 from grader.benchmarks import get_benchmark
@@ -159,3 +159,47 @@ def test_kill_9_then_resume_never_submits_twice_under_improved(failpoint: str, t
     assert len(graded) == len(set(graded)), graded
     assert graded == [t["trial_id"] for t in state["trials"] if t["score"] is not None]
     assert all(t["valid_score"] is not None for t in state["trials"])
+
+
+class _AtCeiling:
+    """Ends the search when the base model's valid CI is all it has to go on (as the tree policy does at the
+    ceiling): the loop must finish, not fail, and say why."""
+
+    name = "at-ceiling"
+
+    def propose(self, context: ProposalContext) -> Proposal:
+        raise SearchDone(f"score at its ceiling: base model valid {context.baseline_valid_score:.3f}")
+
+
+PROPOSERS.register("at-ceiling", lambda config, budget: _AtCeiling(), replace=True)
+
+
+@pytest.mark.slow
+def test_a_search_that_is_done_ends_the_run_early_and_says_why(tiny_model_home: Path) -> None:
+    from agent.driver import execute
+    from agent.status import read_state
+
+    config = RunConfig.model_validate(
+        {
+            "home": tiny_model_home,
+            "run_id": "done",
+            "loop_n": 4,
+            "proposer": "at-ceiling",
+            "sandbox": "local",
+            "eval_limit": 40,
+            "public_fraction": 0,
+            "quiet": True,
+        }
+    )
+    summary = execute(config)
+    state = read_state(tiny_model_home / "runs" / "done")
+    assert state["status"] == "finished" and state["trials"] == []
+    assert summary["stop_reason"].startswith("search done: score at its ceiling: base model valid 0.")
+    assert summary["success"] is True and summary["trials_trained"] == 0
+    assert (
+        json.loads((tiny_model_home / "runs" / "done" / "summary.json").read_text())["stop_reason"]
+        == (summary["stop_reason"])
+    )
+    assert (
+        "stopping early: score at its ceiling" in (tiny_model_home / "runs" / "done" / "run.log").read_text()
+    )
