@@ -13,7 +13,8 @@ a character tokenizer made here), then:
   (`agent.grading.GraderProcess`, HF engine), on the GPU its device plan gives it;
 - runs `rlloop run --trial-gpus 1 --sandbox local --base-model tiny-arith --loop-n 1` end to end.
 
-It prints one figure per line, `name value` (or `name n/a (why)`), and exits 1 if a step failed. `--dry-run` does the
+It prints one figure per line, `name value` (or `name n/a (why)`), and exits 1 if a step failed, 3 if only packages
+were missing for some (`missing_packages` names them: bring their wheels), 0 when every part ran. `--dry-run` does the
 same on CPU with tiny sizes (and `--trial-gpus 0`), so the whole path is a test (tests/test_gpu_check.py).
 """
 
@@ -65,12 +66,15 @@ PEAK_TFLOPS: tuple[tuple[str, float], ...] = (
 )
 TRL_RECIPES = ("sft", "dpo", "grpo")
 FAILED: list[str] = []
+MISSING: set[str] = set()  # packages a part needed and this machine lacks
+RLLOOP_PACKAGES = ("agent", "grader", "sandbox", "tasks", "trainers", "benchmarks")
 
 
 class PackagesMissing(RuntimeError):
     """A part needs packages this machine lacks: its figures are n/a (not a failure), naming the wheels to bring."""
 
     def __init__(self, packages: list[str]) -> None:
+        MISSING.update(packages)
         super().__init__(f"missing packages: {', '.join(packages)}; bring their wheels (README: GPU check)")
 
 
@@ -116,6 +120,12 @@ def step(name: str, names: tuple[str, ...], run: Callable[[], None]) -> None:
     except PackagesMissing as exc:
         for figure_name in names:
             not_available(figure_name, str(exc))
+    except ModuleNotFoundError as exc:
+        if not exc.name or exc.name.startswith(RLLOOP_PACKAGES):
+            raise
+        missing = PackagesMissing([exc.name.split(".")[0]])
+        for figure_name in names:
+            not_available(figure_name, str(missing))
     except Exception as exc:  # noqa: BLE001 - every failure is reported, the check goes on
         traceback.print_exc(file=sys.stderr)
         FAILED.append(name)
@@ -158,7 +168,7 @@ def missing_packages(*modules: str) -> list[str]:
         try:
             importlib.import_module(module)
         except ModuleNotFoundError as exc:
-            if exc.name and not exc.name.startswith(("agent", "grader", "sandbox", "tasks", "trainers")):
+            if exc.name and not exc.name.startswith(RLLOOP_PACKAGES):
                 lacking.append(exc.name.split(".")[0])
             else:
                 raise
@@ -572,8 +582,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.work is None:
             shutil.rmtree(work, ignore_errors=True)
     figure("total_s", f"{time.perf_counter() - started:.1f}")
+    figure("missing_packages", ",".join(sorted(MISSING)) or "none")
     figure("failed", ",".join(FAILED) or "none")
-    return 1 if FAILED else 0
+    return 1 if FAILED else 3 if MISSING else 0
 
 
 if __name__ == "__main__":

@@ -46,6 +46,7 @@ FIGURES = (
     "e2e_trial_score",
     "e2e_trial_device",
     "total_s",
+    "missing_packages",
     "failed",
 )
 # What cannot have a value on this CPU machine without TRL: the bf16 peak and MFU (no GPU), the recipes built on TRL,
@@ -87,7 +88,7 @@ def test_the_dry_run_prints_every_figure_without_trl(tmp_path: Path) -> None:
     assert set(FIGURES) <= set(values), sorted(set(FIGURES) - set(values))
     not_available = {name for name, value in values.items() if value.startswith("n/a")}
     assert not_available == EXPECTED_NA, done.stdout
-    assert values["trl_installed"] == "0" and values["failed"] == "none"
+    assert values["trl_installed"] == "0" and values["failed"] == values["missing_packages"] == "none"
     assert int(values["model_params"]) > 0 and float(values["sft_tokens_per_s"]) > 0
     assert values["e2e_trial_status"] == "succeeded" and values["e2e_trial_device"] == "cpu/float32"
     for recipe in ("gad", "oel", "opcd", "opcd_offpolicy", "opo"):
