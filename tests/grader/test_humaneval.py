@@ -23,6 +23,7 @@ from grader.benchmarks.humaneval import HumanEvalBenchmark
 from sandbox import namespaces
 from tasks.humaneval import all_records
 from tasks.programs import Limits
+from tests.support.processes import alive, cmdline
 
 pytestmark = pytest.mark.skipif(
     not namespaces.probe().isolated, reason=f"no namespace sandbox here: {namespaces.probe().reason}"
@@ -92,17 +93,6 @@ def listener() -> Iterator[Listener]:
     server.close()
 
 
-def _cmdlines() -> list[str]:
-    found = []
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            try:
-                found.append(Path(f"/proc/{entry.name}/cmdline").read_bytes().decode(errors="replace"))
-            except OSError:
-                continue
-    return found
-
-
 def _exec_dirs() -> set[str]:
     return {p.name for p in Path(tempfile.gettempdir()).iterdir() if p.name.startswith("rlloop-")}
 
@@ -135,7 +125,7 @@ def test_hostile_programs_are_contained(tmp_path: Path, listener: Listener) -> N
         "kill worker": "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n",
     }
     before = _exec_dirs()
-    limits = Limits(timeout_s=2.0, memory_mb=512)
+    limits = Limits(timeout_s=3.0, memory_mb=256)
     start = time.monotonic()
     outcomes = dict(zip(programs, code_exec.execute(list(programs.values()), limits, workers=4), strict=True))
     elapsed = time.monotonic() - start
@@ -149,9 +139,13 @@ def test_hostile_programs_are_contained(tmp_path: Path, listener: Listener) -> N
     assert list(outside.iterdir()) == [] and not Path("/tmp/there.txt").exists()
     assert outcomes["allocate"].status == "out of memory" and outcomes["grow"].status == "out of memory"
     assert outcomes["exit"].status == "failed"
-    assert not outcomes["kill worker"].passed
+    # the worker died with the batch: its unreported programs ran again one per sandbox, so only this one failed
+    assert (outcomes["kill worker"].status, outcomes["kill worker"].detail) == (
+        "error",
+        "the program ended the sandbox it ran in",
+    )
     # nothing left behind on the host: no process, no job or workspace folder
-    assert not [c for c in _cmdlines() if marker in c]
+    assert not [c for c in _running() if marker in c]
     assert _exec_dirs() <= before
     assert elapsed < 60, f"the batch took {elapsed:.0f}s"
 
@@ -168,3 +162,8 @@ def test_no_namespaces_means_no_execution(monkeypatch: pytest.MonkeyPatch) -> No
         monkeypatch.undo()
         namespaces.probe.cache_clear()
     assert namespaces.probe().isolated
+
+
+def _running() -> list[str]:
+    """The command lines of every live process on this machine."""
+    return [cmdline(int(p)) for p in os.listdir("/proc") if p.isdigit() and alive(int(p))]

@@ -12,6 +12,7 @@ import pytest
 from tasks import HeldOutSplitError, get_benchmark
 from tasks.humaneval import FIELDS, HumanEvalBenchmark, all_records
 from tasks.programs import Limits, run_program
+from tests.support.processes import alive, cmdline
 from trainers.rewards import benchmark_scorer
 
 
@@ -81,15 +82,9 @@ def test_a_runaway_program_is_stopped_and_leaves_nothing(
     outcome = run_program(forks, Limits(timeout_s=1.0, memory_mb=512))
     assert outcome.status == "timed out" and time.monotonic() - start < 4.0
     assert list(tmp_path.iterdir()) == []
-    assert not [p for p in _cmdlines() if marker in p]
+    assert not [p for p in _running() if marker in p]
 
 
-def _cmdlines() -> list[str]:
-    found = []
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            try:
-                found.append(Path(f"/proc/{entry.name}/cmdline").read_bytes().decode(errors="replace"))
-            except OSError:
-                continue
-    return found
+def _running() -> list[str]:
+    """The command lines of every live process on this machine."""
+    return [cmdline(int(p)) for p in os.listdir("/proc") if p.isdigit() and alive(int(p))]
