@@ -14,8 +14,8 @@ is its free valid score with its 95% CI (agent.validation; the public score wher
    visit bonus `c * sqrt(ln(1 + trials) / (1 + children))`: a runner-up whose CI is wide (few samples, or a noisy
    score) is branched from before the best node's narrow one, and a node with few children before one with many.
 4. From that parent the first untried move, in order: anneal (the parent's recipe at 0.7x its rate), a larger
-   and a smaller rate (ablate), then each RL recipe (improve); from the root, drafts: the supervised recipe at its
-   default rate and the others after it. A recipe tried once and left (no children) is reached again whenever its
+   and a smaller rate (ablate), then each RL recipe (improve); from the root, drafts: every recipe at its default
+   rate (supervised first), then each at a larger and a smaller rate. A recipe tried once and left (no children) is reached again whenever its
    node's bound is the highest: that is how an idea abandoned early is revisited.
 """
 
@@ -30,6 +30,7 @@ from agent.validation import CEILING
 
 K_CHILDREN = 3  # scored children without gain beyond noise that close a node
 UCB_C = 0.05  # weight of the visit bonus, in score units
+DRAFT_RATES = ((1.0, ""), (2.0, " at a larger rate"), (0.3, " at a smaller rate"))
 LR_MOVES: tuple[tuple[float, Operator, str], ...] = (
     (0.7, "improve", "anneal the learning rate and keep training"),
     (2.0, "ablate", "a larger learning rate"),
@@ -120,11 +121,12 @@ def moves(node: Node, recipes: list[str]) -> list[Move]:
     supervised = "sft" if "sft" in recipes else recipes[0]
     rl = [r for r in RL_CYCLE if r in recipes and r != supervised]
     options: list[Move] = []
-    if node.trial is None:
-        options.append(
-            Move(supervised, DEFAULT_LR.get(supervised, 1e-4), "draft", "supervised training first")
-        )
-        options += [Move(r, DEFAULT_LR.get(r, 1e-4), "draft", f"a {r} line from the base") for r in rl]
+    if node.trial is None:  # drafts: each recipe at its default rate (supervised first), then at other rates
+        for factor, rate in DRAFT_RATES:
+            options += [
+                Move(r, DEFAULT_LR.get(r, 1e-4) * factor, "draft", f"a {r} line from the base{rate}")
+                for r in (supervised, *rl)
+            ]
     else:
         recipe = node.trial.proposal.recipe
         lr = _lr(node.trial, recipe)

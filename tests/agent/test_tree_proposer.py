@@ -129,3 +129,11 @@ def test_parent_and_init_from_are_one_fact() -> None:
     assert Proposal(hypothesis="h", recipe="sft", parent="t01").init_from == "t01"
     with pytest.raises(ValueError, match="differ"):
         Proposal(hypothesis="h", recipe="sft", parent="t01", init_from="t02")
+
+
+def test_a_draft_that_gained_nothing_is_followed_by_a_draft_at_another_rate() -> None:
+    flat = _trial(1, (0.05, 0.03, 0.08))  # no better than the base model
+    context = _ctx([flat]).model_copy(update={"recipes": ["sft"]})
+    proposal = TreeProposer().propose(context)
+    assert (proposal.parent, proposal.operator, proposal.recipe) == (None, "draft", "sft")
+    assert proposal.hyperparameters["learning_rate"] == pytest.approx(2e-3)
