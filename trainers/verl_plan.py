@@ -28,6 +28,7 @@ from tasks.plugins import UnknownPluginError
 from trainers import verl_resolve as resolve
 from trainers.verl_builders import (
     FAMILIES,
+    MAIN_PPO,
     PROMPT_TYPES,
     TRACKS,
     VERL_VERSION,
@@ -222,6 +223,7 @@ def plan(
         ),
     )
     built = builder.build(ctx)
+    _check_batch(ctx, built.stages)
     roles = {"policy": model, **ctx.roles.given()}
     stages = [resolve.annotate(s, roles, ctx.loggers) for s in built.stages if chosen in ("all", s.name)]
     texts = [model, *(s.command for s in stages)]
@@ -257,6 +259,17 @@ def plan(
         result = Plan.model_validate(data)
     result.unresolved = _unresolved(result, builder, built.unresolved)
     return result
+
+
+def _check_batch(ctx: PlanContext, stages: list[Stage]) -> None:
+    """verl's `validate_config` refuses a rollout batch the GPUs cannot share evenly: say so before printing."""
+    sequences = ctx.train_batch_size * ctx.rollout_n
+    if any(MAIN_PPO in s.command for s in stages) and sequences % ctx.gpus:
+        raise ValueError(
+            f"verl needs train_batch_size x rollout_n ({ctx.train_batch_size} x {ctx.rollout_n} = {sequences}) "
+            f"divisible by the GPU count ({ctx.nodes} x {ctx.gpus_per_node} = {ctx.gpus}); change "
+            "--train-batch-size, --rollout-n or the cluster's shape"
+        )
 
 
 def _check_track(builder: FamilyBuilder, track: str | None, prompt_type: str | None) -> None:

@@ -1,7 +1,7 @@
 """Issue 12 point 6: every stage `rlloop plan` prints is accepted by verl 0.9.1's own start-up checks, without a GPU.
 
-For every family x track x stage (with no role flag on one node, with every role flag on two, and every variant of the
-plan fixtures' grid), each verl call of the stage, its placeholders filled as a user would, goes through what
+For every family x track x stage (with no role flag on one node, with every role flag on two, and the plan fixtures'
+variants that change shapes), each verl call of the stage, its placeholders filled as a user would, goes through what
 its entry point runs before it allocates a GPU (tests/trainers/verl_validate.py: Hydra's compose of the entry
 point's config with the overrides, `validate_config`, the dataclass configs, the advantage estimator, policy loss
 and reward function lookups, the model merger's and torchrun's own argument parsers). A plan verl refuses fails
@@ -29,6 +29,9 @@ ROLES: dict[str, Any] = {
     "checkpoint_step": "100-300:100",
     "experiment": "e12",
 }
+# the fixtures' variants that change what verl checks (batch shapes, every knob, the logger list); the others
+# only rename the model, which the two cases per track already cover
+SHAPES = ("batch_128", "every_knob", "hub_model_console", "relative_model")
 NOT_WRITTEN = {
     "coach_reward.py"
 }  # reward files a plan names that rlloop has not written (the coach's rubric)
@@ -55,9 +58,8 @@ def cases() -> list[tuple[str, dict[str, Any]]]:
             found.append(
                 (f"{family}/{track}/roles/2-nodes", {"family": family, **tracked, **ROLES, "nodes": 2})
             )
-        for name, variant in VARIANTS.items():
-            if name != "default":  # the first case above
-                found.append((f"{family}/variant={name}", {"family": family, **variant}))
+        for name in SHAPES:
+            found.append((f"{family}/variant={name}", {"family": family, **VARIANTS[name]}))
     return found
 
 
@@ -148,3 +150,16 @@ def test_the_checks_refuse_what_verl_refuses() -> None:
         verl_validate.check_generation(twice)
     with pytest.raises(SystemExit):  # argparse: no such flag
         verl_validate.check_merger(["merge", "--backend", "fsdp", "--local-dir", "/ckpt/x"])
+
+
+def test_a_batch_the_gpus_cannot_share_is_refused_by_the_planner_as_by_verl() -> None:
+    with pytest.raises(ValueError, match=r"train_batch_size x rollout_n \(3 x 4 = 12\) divisible by the GPU"):
+        plan("grpo", train_batch_size=3, rollout_n=4, gpus_per_node=8, env={})
+    (stage,) = plan("grpo", train_batch_size=3, rollout_n=4, gpus_per_node=4, env={}).stages
+    overrides = [verl_validate.filled(o) for o in stage.overrides]
+    verl_validate.check_ppo(overrides)
+    on_eight = [o.replace("trainer.n_gpus_per_node=4", "trainer.n_gpus_per_node=8") for o in overrides]
+    with pytest.raises(
+        AssertionError, match="real_train_batch_size"
+    ):  # the same shape on 8 GPUs: verl says no
+        verl_validate.check_ppo(on_eight)

@@ -75,6 +75,7 @@ ERRORS: dict[str, dict[str, Any]] = {
     "tp_does_not_divide": {"family": "grpo", "gpus_per_node": 8, "tensor_parallel": 3},
     "zero_nodes": {"family": "opo", "nodes": 0},
     "zero_gpus": {"family": "oel", "gpus_per_node": 0},
+    "batch_gpus_do_not_divide": {"family": "grpo", "train_batch_size": 3, "rollout_n": 4, "gpus_per_node": 8},
 }
 
 CLI: dict[str, list[str]] = {

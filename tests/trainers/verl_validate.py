@@ -25,6 +25,7 @@ import re
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -216,15 +217,15 @@ CHECKS = {MAIN_PPO: check_ppo, GENERATION: check_generation, EVALUATION: check_e
 def check_command(command: str) -> list[tuple[str, Any]]:
     """Every verl call in `command` through its entry point's checks; (what, the composed config or parsed args).
     Raises what verl raises when it refuses one."""
-    done: list[tuple[str, Any]] = []
-    for words in words_of(command):
-        if MERGER in words:
-            done.append((MERGER, check_merger(words[words.index(MERGER) + 1 :])))
-            continue
-        module = next((m for m in CHECKS if m in words), None)
-        if module is None:
-            continue
-        if words[0] == "torchrun":
-            done.append(("torchrun", check_torchrun(words[1:])))
-        done.append((module, CHECKS[module](words[words.index(module) + 1 :])))
-    return done
+    return [found for words in words_of(command) for found in _check_call(tuple(words))]
+
+
+@cache  # the grid plans the same call many times: each distinct one is checked once
+def _check_call(words: tuple[str, ...]) -> list[tuple[str, Any]]:
+    if MERGER in words:
+        return [(MERGER, check_merger(list(words[words.index(MERGER) + 1 :])))]
+    module = next((m for m in CHECKS if m in words), None)
+    if module is None:
+        return []
+    launched = [("torchrun", check_torchrun(list(words[1:])))] if words[0] == "torchrun" else []
+    return [*launched, (module, CHECKS[module](list(words[words.index(module) + 1 :])))]
