@@ -131,9 +131,11 @@ def test_parent_and_init_from_are_one_fact() -> None:
         Proposal(hypothesis="h", recipe="sft", parent="t01", init_from="t02")
 
 
-def test_a_draft_that_gained_nothing_is_followed_by_a_draft_at_another_rate() -> None:
+def test_when_a_drafts_branch_closes_the_base_is_drafted_again_at_another_rate() -> None:
     flat = _trial(1, (0.05, 0.03, 0.08))  # no better than the base model
-    context = _ctx([flat]).model_copy(update={"recipes": ["sft"]})
+    kids = [_trial(i, (0.05, 0.03, 0.08), parent="t01", lr=lr) for i, lr in ((2, 7e-4), (3, 2e-3), (4, 3e-4))]
+    context = _ctx([flat, *kids]).model_copy(update={"recipes": ["sft"]})
     proposal = TreeProposer().propose(context)
     assert (proposal.parent, proposal.operator, proposal.recipe) == (None, "draft", "sft")
     assert proposal.hyperparameters["learning_rate"] == pytest.approx(2e-3)
+    assert "t01: 3 children, none beat 0.050 beyond noise" in proposal.rationale
