@@ -16,6 +16,7 @@ from pydantic import ValidationError
 
 from trainers.algorithms.coach import CoachReplyError
 from trainers.data import DataFileError
+from trainers.device import DeviceChoiceError
 from trainers.registry import UnknownRecipeError, get_recipe, list_recipes, recipe_problems
 from trainers.result import TrainerSetupError
 
@@ -77,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(describe_validation_error(exc, args.config))
     try:
         recipe.run(config)
-    except (DataFileError, FileNotFoundError, TrainerSetupError, CoachReplyError) as exc:
+    except (DataFileError, FileNotFoundError, TrainerSetupError, CoachReplyError, DeviceChoiceError) as exc:
         return _fail(str(exc))
     return 0
 

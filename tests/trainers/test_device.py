@@ -7,6 +7,9 @@ float32 and fail here. Gradient checkpointing and LoRA run on the same path, in 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -151,3 +154,34 @@ def test_auto_is_cpu_fp32_here_and_bad_choices_say_what_to_set(monkeypatch: pyte
         device.pick_dtype(torch.device("cpu"), "int8")
     with pytest.raises(device.DeviceChoiceError, match="cpu or cuda only"):
         device.pick_device("meta")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_a_trial_asked_for_cuda_without_one_ends_with_one_line(
+    micro_model: Path, train_file: Path, tmp_path: Path
+) -> None:
+    config = tmp_path / "config.json"
+    config.write_text(
+        json.dumps(
+            {
+                **CONFIGS["opo"],
+                "model_path": str(micro_model),
+                "train_file": str(train_file),
+                "output_dir": str(tmp_path / "o"),
+            }
+        )
+    )
+    env = {**os.environ, device.DEVICE_ENV: "cuda", "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    done = subprocess.run(
+        [sys.executable, "-m", "trainers", "opo", "--config", str(config)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert (
+        done.stderr.strip()
+        .splitlines()[-1]
+        .startswith("error: RLLOOP_DEVICE='cuda' but torch sees no CUDA device")
+    )
