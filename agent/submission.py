@@ -82,7 +82,14 @@ class Screened(RunResources):
     """The loop's validation step and submission policy over one run's resources (`agent.runner.Research`)."""
 
     def eval_config(self) -> EvalConfig:
-        """The grader's decoding and batching (agent.grading builds its EvalConfig from the same two settings)."""
+        """The grader's decoding, batching and prompt format (agent.grading builds its EvalConfig from the same
+        settings)."""
+        if self.config.prompt_format == "chat":
+            return EvalConfig(
+                batch_size=self.config.eval_batch_size,
+                prompt_style="chat",
+                system_prompt=self.config.system_prompt,
+            )
         return EvalConfig(batch_size=self.config.eval_batch_size)
 
     def validation_of(self, name: str, checkpoint: Path, *, reuse: bool = False) -> Validation | None:
@@ -145,8 +152,11 @@ class Screened(RunResources):
         go, why = should_submit(self.config.submit, result, ref, ref_name)
         record.submission_note = why
         shown = f"valid {result.text()} (n={result.n})" if result is not None else "no valid score"
-        self.reporter.info(f"    {shown}: {'submitting' if go else why}")
+        self.reporter.info(f"    {shown}: {'submitting, ' + why if go else why}")
         parent = state.get("mlflow_parent")
+        base = state.get("baseline_valid")
+        if parent and base and not self.tracker.has_metric_at(parent, "baseline_valid_score", 0):
+            self.tracker.log_metrics(parent, {"baseline_valid_score": float(base["score"])}, step=0)
         if (
             parent
             and result is not None
