@@ -241,6 +241,7 @@ class Check:
         model.train()
         s = self.sizes
         device = next(model.parameters()).device
+        expect_gpu(str(device), "the SFT model")
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
         ids = torch.randint(4, len(tokenizer), (s.sft_batch, s.sft_len), device=device)
 
@@ -434,6 +435,7 @@ class Check:
             (run_dir / "workspace" / "trials" / "t01" / "output" / "metrics.json").read_text()
         )
         figure("e2e_trial_device", f"{metrics.get('device')}/{metrics.get('dtype')}")
+        expect_gpu(str(metrics.get("device")), "the research run's trial (given --trial-gpus 1)")
 
 
 RECIPE_STEP: dict[str, dict[str, Any]] = {
@@ -505,6 +507,17 @@ def _one_recipe_step(recipe: str, name: str, model: Path, train_file: Path, work
     entry.run(config)
     metrics = json.loads((out / "metrics.json").read_text())
     figure(name, f"{metrics['device']}/{metrics['dtype']}")
+    expect_gpu(str(metrics["device"]), f"the {recipe} recipe")
+
+
+def expect_gpu(device: str, what: str) -> None:
+    """On a GPU machine, training that ended up on the CPU is a failure of the check, not a figure."""
+    if (
+        torch.cuda.is_available()
+        and os.environ.get("RLLOOP_DEVICE") != "cpu"
+        and not device.startswith("cuda")
+    ):
+        raise RuntimeError(f"{what} trained on {device} although a CUDA device is visible")
 
 
 def peak_memory_gb() -> float:
