@@ -420,13 +420,12 @@ def extension_env() -> list[str]:
     return [f"+ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_MODULES={EXTENSIONS}.opcd"]
 
 
-def distill_overrides(top_k: int, ctx: PlanContext | None = None) -> list[str]:
+def distill_overrides() -> list[str]:
     """rlloop's OPCD on verl: the frozen reference (the start model) scores each sampled token, verl puts
     -(log p_student - log p_reference) into the token rewards (k1 KL in the reward, coefficient 1, no task
     reward), and the `opcd` advantage estimator (trainers.verl_ext.opcd) keeps it per token, which makes the
-    policy gradient the sampled-token estimate of reverse KL(student || teacher). `top_k` is the in-process
-    recipe's; verl's policy loss sees sampled tokens only (see the family's notes)."""
-    del top_k, ctx
+    policy gradient the sampled-token estimate of reverse KL(student || teacher). The in-process recipe's top-k
+    needs the teacher's logits, which verl's policy loss does not see (the family's notes say so)."""
     return [
         "algorithm.use_kl_in_reward=True",
         "algorithm.kl_penalty=kl",
@@ -449,7 +448,7 @@ def distill_stage(
         "algorithm.adv_estimator=opcd",
         *ctx.common(checkpoint_dir=checkpoint_dir is None),
         *single_pass(ctx.train_batch_size),
-        *distill_overrides(ctx.top_k, ctx),
+        *distill_overrides(),
         *([f"trainer.default_local_dir={checkpoint_dir}"] if checkpoint_dir else []),
     ]
     return verl_stage(name, description, MAIN_PPO, overrides)

@@ -76,7 +76,8 @@ def opo(ctx: PlanContext) -> FamilyPlan:
 )
 def opcd(ctx: PlanContext) -> FamilyPlan:
     description = (
-        "on-policy context distillation: student without context, teacher = frozen start model with it"
+        "on-policy context distillation: student without context, teacher = frozen start model (verl's "
+        "reference, which reads the student's prompt: see the unresolved teacher context)"
     )
     context = ctx.context_file()
     on_policy = distill_stage(ctx, "on-policy", description, context)
