@@ -29,7 +29,7 @@ NODE_TAG = "rlloop.node"
 # MLflow 3 opens an experiment on its GenAI traces overview once it holds traces unless its kind says otherwise
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 EXPERIMENT_KIND = "custom_model_development"
-TRIAL_NODES = ("propose", "approve", "run_trial", "submit", "record")
+TRIAL_NODES = ("propose", "approve", "run_trial", "validate", "submit", "record")
 RUN_NODES = ("prepare", "finish")
 
 
