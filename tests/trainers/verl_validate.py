@@ -71,7 +71,11 @@ def load() -> Any:
     """Import verl from SITE (appended to sys.path) and return it; its version must be the one the plans target."""
     if str(SITE) not in sys.path:
         sys.path.append(str(SITE))
+    saved = dict(os.environ)
     import verl
+
+    os.environ.clear()
+    os.environ.update(saved)  # importing verl sets Ray variables; the rest of the suite runs without them
 
     assert verl.__version__ == VERL_VERSION, (
         f"verl {verl.__version__} in {SITE}, the plans target {VERL_VERSION}"
