@@ -391,22 +391,41 @@ def agent_sandbox(config: RunConfig, reporter: Reporter) -> Sandbox:
     """Docker runs the agent in the agent image (AutoRL-Bench's packages), never in the lean trainer image: with
     `--sandbox docker`, or `auto` where Docker is usable, a missing agent image is an error saying how to build it.
     Other backends run the agent as they run trials."""
-    from sandbox.images import AGENT_IMAGE, TRAINER_IMAGE
+    from sandbox.images import AGENT_IMAGE
     from sandbox.registry import get_sandbox
-    from sandbox.status import docker_status
 
     if config.sandbox not in ("docker", "auto"):
         return open_sandbox(config, reporter, require_isolation=True)
-    status = docker_status(AGENT_IMAGE)
-    if status.usable:
+    problem = missing_agent_image(config.sandbox)
+    if problem is not None:
+        raise AgentImageMissingError(problem)
+    if docker_usable(AGENT_IMAGE):
         return get_sandbox("docker", image=AGENT_IMAGE)
-    docker_wanted = config.sandbox == "docker" or docker_status(TRAINER_IMAGE).usable
-    if status.engine_reachable and docker_wanted:
-        raise AgentImageMissingError(
+    return open_sandbox(config, reporter, require_isolation=True)
+
+
+def docker_usable(image: str) -> bool:
+    from sandbox.status import docker_status
+
+    return docker_status(image).usable
+
+
+def missing_agent_image(sandbox: str) -> str | None:
+    """Why external agents cannot run with `sandbox` here (Docker chosen, agent image not built), else None."""
+    from sandbox.images import AGENT_IMAGE, TRAINER_IMAGE
+    from sandbox.status import docker_status
+
+    if sandbox not in ("docker", "auto"):
+        return None
+    status = docker_status(AGENT_IMAGE)
+    if status.image_present or not status.engine_reachable:
+        return None
+    if sandbox == "docker" or docker_status(TRAINER_IMAGE).usable:  # auto would pick docker
+        return (
             f"external agents run in the image {AGENT_IMAGE} (the trainer image plus AutoRL-Bench's agent "
             "packages), which is not built: run `rlloop sandbox build --agent`"
         )
-    return open_sandbox(config, reporter, require_isolation=True)
+    return None
 
 
 def link_base_model(paths: RunPaths, name: str, model: Path) -> None:

@@ -307,16 +307,23 @@ def build_image(gpu: bool = False, offline: bool | None = None, say: Say = print
         ctx = Path(tmp)
         _assemble_context(ctx, gpu, house)
         say(f"docker build {tag} (inputs {digest})")
-        for event in client.api.build(
-            path=str(ctx), tag=tag, buildargs=buildargs, rm=True, forcerm=True, decode=True, pull=not offline
-        ):
-            if "error" in event:
-                raise RuntimeError(f"docker build failed: {event['error'].strip()}")
-            line = str(event.get("stream", "")).rstrip()
-            if line.startswith("Step ") or line.startswith("Successfully"):
-                say(line)
+        _docker_build(client, ctx, tag, buildargs, pull=not offline, say=say)
     say(f"built {tag}")
     return tag
+
+
+def _docker_build(
+    client: Any, ctx: Path, tag: str, buildargs: dict[str, str], *, pull: bool, say: Say
+) -> None:
+    """`docker build` of the context folder, saying each step; a failed step raises with the engine's message."""
+    for event in client.api.build(
+        path=str(ctx), tag=tag, buildargs=buildargs, rm=True, forcerm=True, decode=True, pull=pull
+    ):
+        if "error" in event:
+            raise RuntimeError(f"docker build failed: {event['error'].strip()}")
+        line = str(event.get("stream", "")).rstrip()
+        if line.startswith("Step ") or line.startswith("Successfully"):
+            say(line)
 
 
 def _in_wheelhouse(requirement: str, house: Path) -> bool:
@@ -365,19 +372,7 @@ def build_agent_image(say: Say = print) -> str:
             shutil.copy(item, wheels / item.name)
         (wheels / "requirements.txt").write_text("\n".join(requirements) + "\n")
         say(f"docker build {AGENT_IMAGE} (inputs {digest}) on {TRAINER_IMAGE}")
-        for event in client.api.build(
-            path=str(ctx),
-            tag=AGENT_IMAGE,
-            buildargs={"RLLOOP_INPUTS": digest, "TRAINER_IMAGE": TRAINER_IMAGE},
-            rm=True,
-            forcerm=True,
-            decode=True,
-            pull=False,
-        ):
-            if "error" in event:
-                raise RuntimeError(f"docker build failed: {event['error'].strip()}")
-            line = str(event.get("stream", "")).rstrip()
-            if line.startswith("Step ") or line.startswith("Successfully"):
-                say(line)
+        buildargs = {"RLLOOP_INPUTS": digest, "TRAINER_IMAGE": TRAINER_IMAGE}
+        _docker_build(client, ctx, AGENT_IMAGE, buildargs, pull=False, say=say)
     say(f"built {AGENT_IMAGE}")
     return AGENT_IMAGE

@@ -81,6 +81,12 @@ def bench(
             folders.append(str(load_agent(folder).folder))
         except ExternalAgentError as exc:
             _fail(str(exc))
+    if folders:
+        from agent.external import missing_agent_image
+
+        problem = missing_agent_image(sandbox or "auto")
+        if problem is not None:
+            _fail(problem)
     address = ray or os.environ.get("RAY_ADDRESS")
     overrides: dict[str, object] = {}
     if eval_limit is not None:

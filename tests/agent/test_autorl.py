@@ -199,6 +199,14 @@ def test_a_missing_agent_image_says_which_command_builds_it(
         AgentImageMissingError, match=r"rlloop/agent:never-built.*`rlloop sandbox build --agent`"
     ):
         agent_sandbox(config, Reporter(None, quiet=True))
+    from typer.testing import CliRunner
+
+    from agent.sweeps.cli import app
+
+    args = ["bench", "--agents", str(AUTORL_AGENT), "--sandbox", "docker", "--home", str(tmp_path)]
+    refused = CliRunner().invoke(app, args)  # before any run starts, one line naming the command
+    assert refused.exit_code == 2 and "rlloop sandbox build --agent" in " ".join(refused.output.split())
+    assert not (tmp_path / "sweeps").exists()
 
 
 def _sweep(home: Path, sweep_id: str, agent: Path, benchmark: str, sandbox: str) -> tuple[object, str]:
