@@ -74,7 +74,8 @@ def _interval(trial: TrialRecord) -> tuple[float, float, float] | None:
 
 def build_tree(context: ProposalContext) -> list[Node]:
     """The root (base model) and every succeeded, scored trial, each with the trials that started from it."""
-    validated = any(t.valid_score is not None for t in context.trials)
+    scored = [t for t in context.trials if value(t) is not None]
+    validated = not scored or any(t.valid_score is not None for t in scored)  # one scale for root and trials
     base = context.baseline_valid_score if validated else None
     if base is not None and context.baseline_valid_ci is not None:
         root = Node(None, base, *context.baseline_valid_ci)
