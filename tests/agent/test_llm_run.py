@@ -69,7 +69,8 @@ def _run(
 def test_buggy_code_is_caught_by_the_smoke_run_and_repaired(tiny_model_home: Path) -> None:
     with ScriptedOpenAIServer(models=["test-model"]) as server:
         server.enqueue(reply(_proposal(BUGGY)), reply(_proposal(FIXED)))
-        result = _run(tiny_model_home, server.base_url, "--run-id", "llm-repair")
+        # --submit all: the copy is graded (and flagged) although validation says it is no better
+        result = _run(tiny_model_home, server.base_url, "--run-id", "llm-repair", "--submit", "all")
         requests = server.chat_requests()
     assert result.returncode == 0, result.stdout + result.stderr
     assert len(requests) == 2
