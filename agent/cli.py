@@ -89,6 +89,12 @@ def _execute(config: RunConfig, resume_run_id: str | None = None) -> None:
 def run(
     base_model: Annotated[str | None, typer.Option(help="Built-in name, local HF folder or hub id.")] = None,
     benchmark: Annotated[str | None, typer.Option(help="Benchmark name (`rlloop benchmarks`).")] = None,
+    prompt_format: Annotated[
+        str | None, typer.Option(help="plain, or chat: prompts in the base model's chat template.")
+    ] = None,
+    system_prompt: Annotated[
+        str | None, typer.Option(help="With --prompt-format chat: a system turn.")
+    ] = None,
     loop_n: Annotated[int | None, typer.Option(help="Number of trials.")] = None,
     timeout: Annotated[str | None, typer.Option(help="Time budget, e.g. 20m, 1h.")] = None,
     sandbox: Annotated[str | None, typer.Option(help=SANDBOX_HELP)] = None,

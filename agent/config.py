@@ -41,6 +41,12 @@ class RunConfig(BaseSettings):
     )
     base_model: str = Field("tiny-arith", description="Built-in model name, local HF folder, or hub id.")
     benchmark: str = Field("arith", description="Benchmark name (see `rlloop benchmarks`).")
+    prompt_format: Literal["plain", "chat"] = Field(
+        "plain",
+        description="plain: the benchmark's prompt as it is; chat: as the user turn of the base model's own chat "
+        "template (grader and trials alike).",
+    )
+    system_prompt: str | None = Field(None, description="With --prompt-format chat: a system turn first.")
     loop_n: int = Field(4, ge=1, le=1000, description="Number of trials to run.")
     timeout: float = Field(
         1200.0, gt=0, description="Wall-time budget of the run in seconds (accepts 20m, 1h)."

@@ -65,6 +65,8 @@ def grader_config(
     host: str = "127.0.0.1",
     test_seed: int | None = None,
     isolation: str = "unknown",
+    prompt_format: str = "plain",
+    system_prompt: str | None = None,
 ) -> dict[str, Any]:
     """The grader's config: its private folder, the one root submissions may come from, and the run's rules."""
     return {
@@ -82,7 +84,12 @@ def grader_config(
         "public_fraction": public_fraction or None,
         "test_seed": test_seed,  # None: the grader's own secret, in its private folder
         "isolation": isolation,  # stamped on every score (the weakest over all starts of the run)
-        "eval": {"limit": eval_limit, "batch_size": eval_batch_size},
+        "eval": {
+            "limit": eval_limit,
+            "batch_size": eval_batch_size,
+            # chat: the grader renders with the base model's template and pins its hash and stop tokens
+            **({"prompt_style": "chat", "system_prompt": system_prompt} if prompt_format == "chat" else {}),
+        },
     }
 
 

@@ -96,7 +96,7 @@ def from_hub(name: str, target: Path) -> Path:
             raise ModelNotFoundError(
                 f"{name!r} is not in the Hugging Face cache (HF_HUB_OFFLINE=1, HF_HOME="
                 f"{os.environ.get('HF_HOME', '~/.cache/huggingface')}; {type(exc).__name__}); download it once "
-                "online (huggingface-cli download NAME) or pass a local folder to --base-model"
+                "online (hf download NAME) or pass a local folder to --base-model"
             ) from None
         raise ModelNotFoundError(
             f"cannot download {name!r} from the Hugging Face hub ({type(exc).__name__}); check the id and your "

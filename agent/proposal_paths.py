@@ -24,12 +24,16 @@ from typing import Any
 from pydantic import BaseModel
 
 # Config fields the loop fills in for every trial (agent.trials.recipe_config); a proposal must not set them.
-LOOP_OWNED_FIELDS = frozenset({"model_path", "train_file", "output_dir", "benchmark"})
+LOOP_OWNED_FIELDS = frozenset(
+    {"model_path", "train_file", "output_dir", "benchmark", "prompt_format", "system_prompt"}
+)
 _LOOP_OWNED_HINTS = {
     "model_path": "the checkpoint to start from: choose it with init_from (a trial id, or null for the base model)",
     "train_file": "always the workspace's data/train.jsonl",
     "output_dir": "always the trial's trials/<id>/output",
     "benchmark": "always the run's benchmark",
+    "prompt_format": "always the run's --prompt-format (what the grader scores with)",
+    "system_prompt": "always the run's --system-prompt (what the grader scores with)",
 }
 _PATH_SUFFIXES = ("_path", "_file", "_dir", "_paths", "_files", "_dirs")
 # Fields named like this hold a model folder, which may also be the run's base model (mounted read-only).

@@ -90,6 +90,8 @@ class RunResources:
                 eval_batch_size=self.config.eval_batch_size,
                 test_seed=self.config.test_seed,
                 isolation=self.isolation,
+                prompt_format=self.config.prompt_format,
+                system_prompt=self.config.system_prompt,
             )
             started = time.monotonic()
             with self.reporter.watching("starting the grading server and scoring the baseline"):
@@ -133,6 +135,13 @@ class RunResources:
             self._grader.stop()
 
     # ---- trials -------------------------------------------------------------------------------------------------
+    @property
+    def prompting(self) -> dict[str, Any] | None:
+        """The run's prompt format for trial configs (None when plain: trial configs stay as they were)."""
+        if self.config.prompt_format != "chat":
+            return None
+        return {"prompt_format": "chat", "system_prompt": self.config.system_prompt}
+
     def trials(self, state: LoopState) -> list[TrialRecord]:
         return [TrialRecord.model_validate(t) for t in state.get("trials", [])]
 
@@ -148,6 +157,7 @@ class RunResources:
             trials=trials,
             benchmark=self.config.benchmark,
             python=python_for(self.sandbox),
+            prompting=self.prompting,
         )
         return sandbox_request(
             command,

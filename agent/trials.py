@@ -77,7 +77,13 @@ def start_checkpoint(
 
 
 def recipe_config(
-    proposal: Proposal, *, model_path: Path, trial_dir: Path, paths: RunPaths, benchmark: str
+    proposal: Proposal,
+    *,
+    model_path: Path,
+    trial_dir: Path,
+    paths: RunPaths,
+    benchmark: str,
+    prompting: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The recipe's config as the trainer will read it, validated against the recipe's pydantic class."""
     from trainers.registry import get_recipe
@@ -97,6 +103,7 @@ def recipe_config(
         "train_file": str(paths.data_dir / "train.jsonl"),
         "output_dir": str(trial_dir / "output"),
         "benchmark": benchmark,
+        **(prompting or {}),  # the run's prompt format: trials train on the prompts the grader scores
     }
     try:
         validated = recipe.config_class.model_validate(config)
@@ -115,6 +122,7 @@ def prepare_trial(
     trials: list[TrialRecord],
     benchmark: str,
     python: str,
+    prompting: dict[str, Any] | None = None,
 ) -> list[str]:
     """Write the trial's folder (config.json or train.py) and return the command that trains it.
 
@@ -135,11 +143,17 @@ def prepare_trial(
                 **proposal.hyperparameters,
                 "model_path": str(model_path),
                 "output_dir": str(trial_dir / "output"),
+                **(prompting or {}),
             },
         )
         return [python, str(trial_dir / "train.py")]
     config = recipe_config(
-        proposal, model_path=model_path, trial_dir=trial_dir, paths=paths, benchmark=benchmark
+        proposal,
+        model_path=model_path,
+        trial_dir=trial_dir,
+        paths=paths,
+        benchmark=benchmark,
+        prompting=prompting,
     )
     atomic_write_json(trial_dir / "config.json", config)
     return [python, "-m", "trainers", proposal.recipe, "--config", str(trial_dir / "config.json")]

@@ -83,8 +83,12 @@ def load_validation(path: Path) -> Validation | None:
 
 def _load(checkpoint: Path, base_model: Path) -> Any:
     """The model a submission of `checkpoint` would stand for, loaded exactly as the grader loads it."""
+    from transformers.utils import logging as hf_logging
+
     from grader.checkpoint import BaseModelReference, inspect_checkpoint, load_checkpoint
     from grader.config import CheckpointLimits
+
+    hf_logging.disable_progress_bar()  # the run's console shows one line per validation, not a bar per load
 
     reference = BaseModelReference.read(base_model.resolve())
     info = inspect_checkpoint(checkpoint.resolve(), reference, CheckpointLimits())
@@ -105,19 +109,21 @@ def validate(
     Raises `grader.checkpoint.CheckpointError` for a folder the grader would refuse."""
     from transformers import AutoTokenizer
 
+    from grader.config import pin_chat
     from grader.engines import choose_engine, close_engine
     from grader.evaluation import build_prompts
 
     started = time.perf_counter()
     model = _load(checkpoint, base_model)
     tokenizer = AutoTokenizer.from_pretrained(str(base_model), trust_remote_code=False)
+    config = pin_chat(config, tokenizer)  # chat prompts: the base template's stop tokens, as the grader's
     stop = list(benchmark.stop)
     max_new = config.max_new_tokens or benchmark.max_new_tokens
     spec = choose_engine(config)
     with tempfile.TemporaryDirectory(prefix=f"valid-{spec.name}-") as scratch:
         engine = spec.from_model(model, tokenizer, Path(scratch), config)
         try:
-            prompts = build_prompts(benchmark, samples, config)
+            prompts = build_prompts(benchmark, samples, config, tokenizer)
             texts = engine.generate(prompts, max_new_tokens=max_new, stop=stop, config=config)
         finally:
             close_engine(engine)

@@ -8,7 +8,7 @@ Every field carries `Field(description=...)`: the agent's LLM proposer sees a re
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -43,6 +43,14 @@ class TrainerConfig(BaseModel):
     )
     lora_r: int = Field(default=16, description="LoRA rank (with lora=true).")
     lora_alpha: int = Field(default=32, description="LoRA scaling alpha (with lora=true).")
+    prompt_format: Literal["plain", "chat"] = Field(
+        default="plain",
+        description="plain: train on the prompts as written; chat: as the user turn of the model's chat template "
+        "(what the grader scores with --prompt-format chat), SFT answers ending in its end-of-turn token.",
+    )
+    system_prompt: str | None = Field(
+        default=None, description="chat only: a system turn before every prompt (as the grader's)."
+    )
     gradient_checkpointing: bool = Field(
         default=False,
         description="Recompute activations in the backward pass: less memory for bigger models, about 30% slower.",

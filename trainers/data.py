@@ -1,4 +1,9 @@
-"""Workspace JSONL (`{"id","prompt","answer"}` per line) into Hugging Face datasets, in the shapes TRL expects."""
+"""Workspace JSONL (`{"id","prompt","answer"}` per line) into Hugging Face datasets, in the shapes TRL expects.
+
+With `prompt_format="chat"` every prompt is rendered as the user turn of the model's chat template by the same
+renderer the grader uses (tasks.chat), so a model is trained on exactly the text it is scored on, and SFT
+completions end with the template's end-of-turn token so the loss teaches the model to stop there.
+"""
 
 from __future__ import annotations
 
@@ -8,13 +13,29 @@ from typing import Any
 
 from datasets import Dataset
 
+from tasks.chat import ChatPrompts
+
 
 class DataFileError(ValueError):
     """A training file that cannot be used; the message names the file and line and says what to fix."""
 
 
-def read_jsonl(path: Path, *, limit: int | None = None) -> list[dict[str, Any]]:
-    """Rows of a workspace JSONL file; each must be an object with string `prompt` and `answer`."""
+def chat_prompts(config: Any) -> ChatPrompts | None:
+    """The chat renderer a recipe config asks for (`prompt_format`, `system_prompt`, the model's own tokenizer at
+    `model_path`), or None for plain prompts."""
+    if getattr(config, "prompt_format", "plain") != "chat":
+        return None
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(Path(config.model_path))
+    return ChatPrompts.of(tokenizer, getattr(config, "system_prompt", None))
+
+
+def read_jsonl(
+    path: Path, *, limit: int | None = None, chat: ChatPrompts | None = None
+) -> list[dict[str, Any]]:
+    """Rows of a workspace JSONL file; each must be an object with string `prompt` and `answer`. With `chat`, each
+    prompt is returned rendered in the chat template."""
     if not path.is_file():
         raise DataFileError(f"train_file {path} does not exist; use the workspace's data/train.jsonl")
     rows: list[dict[str, Any]] = []
@@ -30,9 +51,8 @@ def read_jsonl(path: Path, *, limit: int | None = None) -> list[dict[str, Any]]:
                 ) from None
             if not isinstance(row, dict) or not isinstance(row.get("prompt"), str) or "answer" not in row:
                 raise DataFileError(f'{path}:{number}: each line needs string "prompt" and "answer" fields')
-            rows.append(
-                {"id": str(row.get("id", number)), "prompt": row["prompt"], "answer": str(row["answer"])}
-            )
+            prompt = chat.render(row["prompt"]) if chat is not None else row["prompt"]
+            rows.append({"id": str(row.get("id", number)), "prompt": prompt, "answer": str(row["answer"])})
             if limit is not None and len(rows) >= limit:
                 break
     if not rows:
@@ -40,17 +60,23 @@ def read_jsonl(path: Path, *, limit: int | None = None) -> list[dict[str, Any]]:
     return rows
 
 
-def prompt_completion_dataset(path: Path, *, max_samples: int | None = None) -> Dataset:
-    """For SFT: `prompt` and `completion` (the answer) columns, so the loss covers the completion only."""
-    rows = read_jsonl(path, limit=max_samples)
+def prompt_completion_dataset(
+    path: Path, *, max_samples: int | None = None, chat: ChatPrompts | None = None
+) -> Dataset:
+    """For SFT: `prompt` and `completion` (the answer) columns, so the loss covers the completion only; in chat
+    format the completion ends with the end-of-turn token, which is inside the loss mask."""
+    rows = read_jsonl(path, limit=max_samples, chat=chat)
+    end = chat.end_of_turn if chat is not None else ""
     return Dataset.from_dict(
-        {"prompt": [r["prompt"] for r in rows], "completion": [r["answer"] for r in rows]}
+        {"prompt": [r["prompt"] for r in rows], "completion": [r["answer"] + end for r in rows]}
     )
 
 
-def prompt_answer_dataset(path: Path, *, max_samples: int | None = None) -> Dataset:
+def prompt_answer_dataset(
+    path: Path, *, max_samples: int | None = None, chat: ChatPrompts | None = None
+) -> Dataset:
     """For RL: `prompt` plus the reference `answer`, which TRL passes to reward functions as a keyword."""
-    rows = read_jsonl(path, limit=max_samples)
+    rows = read_jsonl(path, limit=max_samples, chat=chat)
     return Dataset.from_dict(
         {
             "prompt": [r["prompt"] for r in rows],

@@ -21,9 +21,10 @@ from pydantic import Field, model_validator
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from tasks import Sample, get_benchmark
+from tasks.chat import ChatPrompts
 from trainers import device, losses, runtime
 from trainers.config import TrainerConfig
-from trainers.data import read_jsonl
+from trainers.data import chat_prompts, read_jsonl
 from trainers.finish import finish_run, prepare_output_dir
 from trainers.quick_eval import accuracy
 from trainers.result import TrainResult
@@ -71,11 +72,12 @@ def seed_everything(seed: int) -> None:
     runtime.seed_everything(seed)
 
 
-def load_samples(path: Path, limit: int | None = None) -> list[Sample]:
-    """Workspace JSONL as Samples (trainers.data.read_jsonl: DataFileError naming file and line when wrong)."""
+def load_samples(path: Path, limit: int | None = None, chat: ChatPrompts | None = None) -> list[Sample]:
+    """Workspace JSONL as Samples (trainers.data.read_jsonl: DataFileError naming file and line when wrong); with
+    `chat`, prompts rendered in the model's chat template (trainers.data.chat_prompts)."""
     return [
         Sample(id=r["id"], prompt=r["prompt"], answer=r["answer"])
-        for r in read_jsonl(Path(path), limit=limit)
+        for r in read_jsonl(Path(path), limit=limit, chat=chat)
     ]
 
 
@@ -305,7 +307,8 @@ def evaluate(
     model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, config: OnPolicyConfig
 ) -> float | None:
     """Greedy accuracy on the first `eval_samples` of `eval_file`; None when no eval file is configured."""
-    return evaluate_on(model, tokenizer, config.eval_file, config.eval_samples, config.benchmark)
+    chat = chat_prompts(config) if config.eval_file is not None else None
+    return evaluate_on(model, tokenizer, config.eval_file, config.eval_samples, config.benchmark, chat=chat)
 
 
 def evaluate_on(
@@ -314,12 +317,14 @@ def evaluate_on(
     eval_file: Path | None,
     eval_samples: int,
     benchmark: str,
+    *,
+    chat: ChatPrompts | None = None,
 ) -> float | None:
     """Greedy accuracy on the first `eval_samples` of `eval_file` under `benchmark`'s scorer; None without a file
     (the `eval_accuracy_before` / `eval_accuracy` figures of metrics.json, for every recipe that has an eval_file)."""
     if eval_file is None:
         return None
-    samples = load_samples(eval_file, eval_samples)
+    samples = load_samples(eval_file, eval_samples, chat)
     return accuracy(model, tokenizer, samples, get_benchmark(benchmark))
 
 

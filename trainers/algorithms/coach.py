@@ -175,7 +175,7 @@ def coach_from(config: CoachConfig) -> Coach:
 
 
 def _run_distill(config: CoachConfig, coach: Coach) -> TrainResult:
-    samples = op.load_samples(config.train_file, config.max_train_samples)
+    samples = op.load_samples(config.train_file, config.max_train_samples, op.chat_prompts(config))
     student, tokenizer = op.load_policy(config)
     teacher = op.load_frozen(config.model_path)
     prepare_output_dir(config.output_dir)  # no stale metrics.json while the coach is asked
@@ -203,7 +203,7 @@ def _run_distill(config: CoachConfig, coach: Coach) -> TrainResult:
 
 
 def _run_rl(config: CoachConfig, coach: Coach) -> TrainResult:
-    samples = op.load_samples(config.train_file, config.max_train_samples)
+    samples = op.load_samples(config.train_file, config.max_train_samples, op.chat_prompts(config))
     student, tokenizer = op.load_policy(config)
     group = config.num_generations
     max_new = op.new_tokens_budget(config)

@@ -125,7 +125,7 @@ def run(config: DPOConfig) -> TrainResult:
     from trl import DPOTrainer
 
     op.seed_everything(config.seed)
-    samples = op.load_samples(config.train_file, config.max_train_samples)
+    samples = op.load_samples(config.train_file, config.max_train_samples, op.chat_prompts(config))
     model, tokenizer = runtime.load_model_and_tokenizer(Path(config.model_path))
     staging = prepare_output_dir(config.output_dir)
     if config.rejected_source == "policy":

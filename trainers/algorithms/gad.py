@@ -101,7 +101,9 @@ def sft_loss(
 
 
 def _teacher_samples(config: GADConfig) -> list[Sample]:
-    return op.load_samples(config.teacher_file or config.train_file, config.max_train_samples)
+    return op.load_samples(
+        config.teacher_file or config.train_file, config.max_train_samples, op.chat_prompts(config)
+    )
 
 
 def run(config: GADConfig) -> TrainResult:

@@ -9,7 +9,7 @@ import torch
 from pydantic import Field, model_validator
 
 from trainers.config import TrainerConfig
-from trainers.data import prompt_answer_dataset
+from trainers.data import chat_prompts, prompt_answer_dataset
 from trainers.finish import finish_trl, prepare_output_dir
 from trainers.registry import Recipe, register_recipe
 from trainers.result import TrainerSetupError, TrainResult
@@ -87,7 +87,9 @@ def run_grpo(config: GRPORecipeConfig) -> TrainResult:
     seed_everything(config.seed)
     rewards = reward_functions(config.benchmark, config.reward_functions)
     staging = prepare_output_dir(config.output_dir)
-    dataset = prompt_answer_dataset(config.train_file, max_samples=config.max_train_samples)
+    dataset = prompt_answer_dataset(
+        config.train_file, max_samples=config.max_train_samples, chat=chat_prompts(config)
+    )
     model, tokenizer = load_model_and_tokenizer(config.model_path)
     log(
         f"grpo: {len(dataset)} prompts, {config.num_generations} generations each, "

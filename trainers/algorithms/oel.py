@@ -160,7 +160,7 @@ def run(config: OELConfig) -> TrainResult:
     if config.extractor == "openai":
         Coach(config.extractor_model, config.extractor_prompt)  # fail fast when no endpoint is configured
     op.seed_everything(config.seed)
-    samples = op.load_samples(config.train_file, config.max_train_samples)
+    samples = op.load_samples(config.train_file, config.max_train_samples, op.chat_prompts(config))
     policy, tokenizer = op.load_policy(config)
     episodes_stream = op.batches(samples, config.episodes_per_round, config.seed + 1)
     max_new = op.new_tokens_budget(config)

@@ -206,7 +206,7 @@ def _run(config: OPCDConfig, *, on_policy: bool) -> TrainResult:
     config.prompts_per_step()
     op.seed_everything(config.seed)
     context = load_context(config.context, config.context_file)
-    samples = op.load_samples(config.train_file, config.max_train_samples)
+    samples = op.load_samples(config.train_file, config.max_train_samples, op.chat_prompts(config))
     student, tokenizer = op.load_policy(config)
     teacher = op.load_frozen(config.teacher_path or config.model_path)
     session = op.Session(config, student, tokenizer)

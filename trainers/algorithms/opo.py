@@ -33,7 +33,7 @@ def run(config: OPOConfig) -> TrainResult:
     """Train with OPO and save the checkpoint and metrics.json into `config.output_dir`."""
     prompts_per_step = config.prompts_per_step()
     op.seed_everything(config.seed)
-    samples = op.load_samples(config.train_file, config.max_train_samples)
+    samples = op.load_samples(config.train_file, config.max_train_samples, op.chat_prompts(config))
     model, tokenizer = op.load_policy(config)
     reward_fn = op.benchmark_reward(config.benchmark)
     max_new = op.new_tokens_budget(config)

@@ -8,7 +8,7 @@ import torch
 from pydantic import Field
 
 from trainers.config import TrainerConfig
-from trainers.data import prompt_completion_dataset
+from trainers.data import chat_prompts, prompt_completion_dataset
 from trainers.finish import finish_trl, prepare_output_dir
 from trainers.registry import Recipe, register_recipe
 from trainers.result import TrainResult
@@ -46,7 +46,9 @@ def run_sft(config: SFTRecipeConfig) -> TrainResult:
     torch.set_num_threads(config.torch_threads)
     seed_everything(config.seed)
     staging = prepare_output_dir(config.output_dir)
-    dataset = prompt_completion_dataset(config.train_file, max_samples=config.max_train_samples)
+    dataset = prompt_completion_dataset(
+        config.train_file, max_samples=config.max_train_samples, chat=chat_prompts(config)
+    )
     model, tokenizer = load_model_and_tokenizer(config.model_path)
     log(f"sft: {len(dataset)} samples, model {config.model_path}, up to {config.max_steps} steps")
     args = SFTConfig(
