@@ -146,9 +146,9 @@ def _num(value: float | None) -> str:
 def _valid_text(summary: Mapping[str, Any]) -> str:
     if summary.get("score") is None:
         return ""
-    low, high = summary.get("ci_low"), summary.get("ci_high")
+    low, high = summary.get("ci_low"), summary.get("ci_high")  # the 95% CI as its half-width: one short cell
     return f"{summary['score']:.3f}" + (
-        f" [{low:.3f},{high:.3f}]" if low is not None and high is not None else ""
+        f"±{(high - low) / 2:.3f}" if low is not None and high is not None else ""
     )
 
 
@@ -157,8 +157,8 @@ def print_summary(reporter: Reporter, values: Mapping[str, Any], summary: Mappin
     from rich.table import Table
 
     table = Table(title=f"run {values.get('run_id', '')}: {summary.get('stop_reason', '')}")
-    for column in ("trial", "recipe", "from", "operator", "status", "valid [95% CI]", "public", "seconds"):
-        table.add_column(column)
+    for column in ("trial", "recipe", "from", "op", "status", "valid ±95%", "public", "s"):
+        table.add_column(column, no_wrap=column == "valid ±95%")
     base = values.get("baseline_valid") or {}
     if base:
         table.add_row("base", "", "", "", "", _valid_text(base), _num(values.get("baseline_score")), "")
@@ -177,7 +177,7 @@ def print_summary(reporter: Reporter, values: Mapping[str, Any], summary: Mappin
                     "ci_high": t.get("valid_ci_high"),
                 }
             ),
-            "not submitted" if kept_back else _num(t.get("score")),
+            "kept back" if kept_back else _num(t.get("score")),
             f"{t.get('duration_s', 0):.0f}",
         )
     reporter.console.print(table)
