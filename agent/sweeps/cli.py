@@ -32,8 +32,11 @@ def bench(
     benchmarks: Annotated[str, typer.Option(help="Comma list, e.g. arith,gsm8k.")] = "arith",
     base_models: Annotated[str, typer.Option(help="Comma list of base models.")] = "tiny-arith",
     proposers: Annotated[
-        str, typer.Option(help="Comma list of proposers: builtin, llm, or a plugin's name.")
-    ] = "builtin",
+        str | None,
+        typer.Option(
+            help="Comma list of proposers: builtin, llm, or a plugin's name (default builtin; none with --agents)."
+        ),
+    ] = None,
     agents: Annotated[
         list[Path] | None,
         typer.Option(help="External agent folder (config.yaml + start script); repeatable."),
@@ -66,6 +69,8 @@ def bench(
     from agent.sweeps.driver import run_sweep
     from agent.sweeps.spec import SweepSpec
 
+    if proposers is None:  # `--agents DIR` alone runs the agents, not a built-in loop beside them
+        proposers = "" if agents else "builtin"
     names = [p.strip() for p in proposers.split(",") if p.strip()]
     unknown = [p for p in names if p not in PROPOSERS]
     if unknown:
