@@ -69,12 +69,14 @@ def test_gpu_trials_under_docker_need_the_gpu_image_and_say_how_to_build_it() ->
     from sandbox.images import TRAINER_GPU_IMAGE
     from sandbox.status import docker_status
 
-    assert gpu_image_opts(RunConfig(trial_gpus=0, sandbox="docker")) == {}
-    assert gpu_image_opts(RunConfig(trial_gpus=1, sandbox="auto")) == {"image": TRAINER_GPU_IMAGE}
+    assert gpu_image_opts(RunConfig.model_validate({"trial_gpus": 0, "sandbox": "docker"})) == {}
+    assert gpu_image_opts(RunConfig.model_validate({"trial_gpus": 1, "sandbox": "auto"})) == {
+        "image": TRAINER_GPU_IMAGE
+    }
     status = docker_status(TRAINER_GPU_IMAGE)
     if not status.engine_reachable or status.image_present:
         pytest.skip(f"needs a docker engine without {TRAINER_GPU_IMAGE}: {status.summary()}")
     with pytest.raises(
         ValueError, match=r"needs the GPU trainer image .*`rlloop sandbox build --gpu --online`"
     ):
-        gpu_image_opts(RunConfig(trial_gpus=1, sandbox="docker"))
+        gpu_image_opts(RunConfig.model_validate({"trial_gpus": 1, "sandbox": "docker"}))
