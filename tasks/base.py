@@ -108,6 +108,24 @@ class SourceRecords(Protocol):
         ...
 
 
+@runtime_checkable
+class TrialFiles(Protocol):
+    """Optional: files a benchmark's own trial-side code reads (HumanEval: its public problems with their tests, for
+    scoring), which the run writes into the workspace's data/ folder (`$DATA_PATH`). Trials never read the dataset
+    where it is installed: that copy holds the test split too."""
+
+    def trial_files(self) -> dict[str, str]:
+        """{file name under data/: its text}; public data only."""
+        ...
+
+
+def stop_strings(benchmark: Benchmark, prompt_style: str) -> list[str]:
+    """Where a completion is cut under `prompt_style`: the benchmark's `chat_stop` for chat prompts where it has one
+    (a chat reply may open with what a plain stop string matches, e.g. a fenced `def`), else its `stop`."""
+    chat = getattr(benchmark, "chat_stop", None)
+    return list(chat if prompt_style == "chat" and chat is not None else benchmark.stop)
+
+
 class Game(Protocol):
     """One game in play: the grader asks it for the model's next prompt and hands back the model's reply."""
 

