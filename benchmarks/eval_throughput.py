@@ -32,7 +32,9 @@ from grader.config import EvalConfig
 from grader.evaluation import build_prompts, cut_at_stop, evaluate
 from trainers.tiny import build_tiny_arith
 
-Timed = Callable[[], list[float]]  # one full evaluation: per-sample scores
+Timed = Callable[
+    [], tuple[list[float], float | None]
+]  # one full evaluation: per-sample scores, generate+score s
 
 
 def build_model(folder: Path, steps: int) -> Path:
@@ -42,14 +44,18 @@ def build_model(folder: Path, steps: int) -> Path:
 
 
 def rlloop_path(model_dir: Path, samples: Sequence[Any], bench: Any, config: EvalConfig) -> Timed:
-    return lambda: evaluate(model_dir, samples, bench, config).scores
+    def run() -> tuple[list[float], float | None]:
+        result = evaluate(model_dir, samples, bench, config)
+        return result.scores, result.seconds
+
+    return run
 
 
 @torch.inference_mode()
 def naive_path(model_dir: Path, prompts: list[str], bench: Any, samples: Sequence[Any]) -> Timed:
     """One model.generate call per sample: no batching, no early stop beyond EOS."""
 
-    def run() -> list[float]:
+    def run() -> tuple[list[float], float | None]:
         tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
         model: Any = load_model(model_dir)
         scores = []
@@ -64,7 +70,7 @@ def naive_path(model_dir: Path, prompts: list[str], bench: Any, samples: Sequenc
             )
             text = str(tokenizer.decode(out[0, enc["input_ids"].shape[1] :], skip_special_tokens=True))
             scores.append(float(bench.score(cut_at_stop(text, bench.stop), sample)))
-        return scores
+        return scores, None
 
     return run
 
@@ -106,7 +112,7 @@ def lm_eval_path(
     }
     manager = TaskManager()  # indexes lm-eval's bundled tasks once, outside the timed runs
 
-    def run() -> list[float]:
+    def run() -> tuple[list[float], float | None]:
         # add_bos_token: rlloop's tokenizer puts <bos> first, and lm-eval leaves it off for causal models by default
         lm = HFLM(pretrained=str(model_dir), batch_size=batch_size, device="cpu", add_bos_token=True)
         task = ConfigurableTask(config=task_config)
@@ -120,20 +126,25 @@ def lm_eval_path(
         )
         assert out is not None
         logged = sorted(out["samples"][task_config["task"]], key=lambda s: s["doc"]["index"])
-        return [float(s["score"]) for s in logged]
+        return [float(s["score"]) for s in logged], None
 
     return run
 
 
-def measure(run: Timed, repeats: int) -> tuple[float, list[float]]:
-    """Median wall seconds over `repeats` runs after one untimed warm-up; the scores of the last run."""
+def measure(run: Timed, repeats: int) -> tuple[float, list[float], float | None]:
+    """Median wall seconds over `repeats` runs after one untimed warm-up; the scores of the last run; the median
+    generate+score seconds where the path reports them (rlloop's: without model load and engine start)."""
     run()
-    times, scores = [], []
+    times: list[float] = []
+    inner: list[float] = []
+    scores: list[float] = []
     for _ in range(repeats):
         start = time.perf_counter()
-        scores = run()
+        scores, seconds = run()
         times.append(time.perf_counter() - start)
-    return statistics.median(times), scores
+        if seconds is not None:
+            inner.append(seconds)
+    return statistics.median(times), scores, (statistics.median(inner) if inner else None)
 
 
 def main() -> None:
@@ -163,7 +174,7 @@ def main() -> None:
     samples = bench.load("test")[: args.samples]
     config = EvalConfig(batch_size=args.batch_size, engine="hf")
     prompts = build_prompts(bench, samples, config)
-    results: dict[str, tuple[float, list[float]]] = {}
+    results: dict[str, tuple[float, list[float], float | None]] = {}
     skipped: dict[str, str] = {}
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = args.model or build_model(Path(tmp) / "model", args.train_steps)
@@ -199,11 +210,12 @@ def main() -> None:
         "vllm": "rlloop evaluator (vllm)",
     }
     reference = results.get("lm-eval")
-    for name, (seconds, scores) in results.items():
+    for name, (seconds, scores, inner) in results.items():
         ratio = f"  {reference[0] / seconds:5.2f}x lm-eval" if reference else ""
         score = sum(scores) / len(scores)
+        core = f"  [generate+score alone: {n / inner:.1f} samples/s]" if inner else ""
         print(
-            f"{labels[name]:26s}: {n / seconds:8.1f} samples/s  ({seconds:6.2f}s)  score {score:.4f}{ratio}"
+            f"{labels[name]:26s}: {n / seconds:8.1f} samples/s  ({seconds:6.2f}s)  score {score:.4f}{ratio}{core}"
         )
     for name, why in skipped.items():
         print(f"{labels[name]:26s}: skipped: {why}")
@@ -214,7 +226,7 @@ def main() -> None:
             f"per-sample scores {'equal' if same else 'DIFFER'}"
         )
     baseline = results.get("hf")
-    for name, (_, scores) in results.items():
+    for name, (_, scores, _inner) in results.items():
         if baseline and name != "hf" and scores != baseline[1]:
             differ = sum(a != b for a, b in zip(scores, baseline[1], strict=True))
             print(f"WARNING: {labels[name]} differs from rlloop's hf engine on {differ} of {n} samples")
