@@ -23,8 +23,10 @@ import string
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors
@@ -91,21 +93,25 @@ def build_char_tokenizer() -> PreTrainedTokenizerFast:
     )
 
 
+def model_shape(recipe: Any, tokenizer: PreTrainedTokenizerFast) -> dict[str, Any]:
+    """A built-in recipe's config fields for its transformers config: sizes, tied embeddings, special token ids."""
+    return {
+        "vocab_size": len(tokenizer),
+        "hidden_size": recipe.hidden_size,
+        "intermediate_size": recipe.intermediate_size,
+        "num_hidden_layers": recipe.num_hidden_layers,
+        "num_attention_heads": recipe.num_attention_heads,
+        "num_key_value_heads": recipe.num_key_value_heads,
+        "max_position_embeddings": recipe.max_position_embeddings,
+        "tie_word_embeddings": True,
+        "pad_token_id": tokenizer.pad_token_id,
+        "bos_token_id": tokenizer.bos_token_id,
+        "eos_token_id": tokenizer.eos_token_id,
+    }
+
+
 def _model_config(tokenizer: PreTrainedTokenizerFast) -> LlamaConfig:
-    r = TINY_RECIPE
-    return LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=r.hidden_size,
-        intermediate_size=r.intermediate_size,
-        num_hidden_layers=r.num_hidden_layers,
-        num_attention_heads=r.num_attention_heads,
-        num_key_value_heads=r.num_key_value_heads,
-        max_position_embeddings=r.max_position_embeddings,
-        tie_word_embeddings=True,
-        pad_token_id=tokenizer.pad_token_id,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-    )
+    return LlamaConfig(**model_shape(TINY_RECIPE, tokenizer))
 
 
 def _training_batches(
@@ -165,30 +171,54 @@ def train_tiny_model(
     pairs = [(s.prompt, s.answer) for s in get_benchmark("arith").load("train")]
     batches = _training_batches(tokenizer, pairs, steps=n_steps, batch_size=batch_size, seed=seed)
 
-    warmup = r.warmup_steps
-    optimizer = torch.optim.AdamW(model.parameters(), lr=r.learning_rate, weight_decay=r.weight_decay)
-    schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimizer,
-        lambda step: min(
-            1.0, (step + 1) / warmup
-        ),  # constant after warmup: a shorter run is a prefix of a longer one
+    stats = fit(
+        model,
+        batches,
+        pad_token_id=tokenizer.pad_token_id,
+        learning_rate=r.learning_rate,
+        weight_decay=r.weight_decay,
+        warmup_steps=r.warmup_steps,
+        label="tiny-arith",
+        every=50,
+        total=n_steps,
+        progress=progress,
     )
+    return model, tokenizer, stats
+
+
+def fit(
+    model: PreTrainedModel,
+    batches: Iterable[tuple[torch.Tensor, torch.Tensor]],
+    *,
+    pad_token_id: int,
+    learning_rate: float,
+    weight_decay: float,
+    warmup_steps: int,
+    label: str,
+    every: int,
+    total: int,
+    progress: bool,
+) -> dict[str, float]:
+    """AdamW with a linear warm-up, then a constant rate (a shorter run is a prefix of a longer one), gradients
+    clipped at 1; `batches` are (input_ids, labels). Returns steps, final_loss and train_seconds."""
+    optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=weight_decay)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / warmup_steps))
     model.train()
     start = time.perf_counter()
     loss_value = float("nan")
-    for step, (ids, labels) in enumerate(batches, start=1):
-        out = model(input_ids=ids, attention_mask=(ids != tokenizer.pad_token_id).long(), labels=labels)
+    steps = 0
+    for steps, (ids, labels) in enumerate(batches, start=1):
+        out = model(input_ids=ids, attention_mask=(ids != pad_token_id).long(), labels=labels)
         out.loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         schedule.step()
         optimizer.zero_grad(set_to_none=True)
         loss_value = float(out.loss.detach())
-        if progress and (step % 50 == 0 or step == n_steps):
-            print(f"[tiny-arith] step {step}/{n_steps} loss {loss_value:.4f}", flush=True)
+        if progress and (steps % every == 0 or steps == total):
+            print(f"[{label}] step {steps}/{total} loss {loss_value:.4f}", flush=True)
     model.eval()
-    stats = {"steps": float(n_steps), "final_loss": loss_value, "train_seconds": time.perf_counter() - start}
-    return model, tokenizer, stats
+    return {"steps": float(steps), "final_loss": loss_value, "train_seconds": time.perf_counter() - start}
 
 
 def save_model_atomically(
@@ -234,35 +264,59 @@ def build_environment() -> dict[str, object]:
     }
 
 
-def build_tiny_arith(
-    out_dir: Path, *, seed: int = 0, progress: bool = True, steps: int | None = None
+def build_and_save(
+    out_dir: Path,
+    *,
+    recipe: Any,
+    seed: int,
+    train: Callable[[], tuple[PreTrainedModel, PreTrainedTokenizerFast, dict[str, float]]],
+    about: dict[str, str],
+    progress: bool,
 ) -> Path:
-    """Build tiny-arith into `out_dir` (replacing what is there) and return the path. `steps` overrides the recipe
-    (tests); the caller's torch thread count is restored afterwards."""
+    """Train a built-in model on `recipe.torch_threads` threads (the caller's count restored after), then save it
+    with its rlloop_model.json: the recipe, the figures of the build, `about` (data, test_free, built_by) and the
+    environment the weights depend on."""
     callers_threads = torch.get_num_threads()
-    torch.set_num_threads(TINY_RECIPE.torch_threads)
+    torch.set_num_threads(recipe.torch_threads)
     try:
-        model, tokenizer, stats = train_tiny_model(seed=seed, steps=steps, progress=progress)
+        model, tokenizer, stats = train()
         environment = build_environment()
     finally:
         torch.set_num_threads(callers_threads)
     provenance: dict[str, object] = {
-        "name": "tiny-arith",
-        "recipe": asdict(TINY_RECIPE),
+        "name": recipe.name,
+        "recipe": asdict(recipe),
         "seed": seed,
         "steps": int(stats["steps"]),
         "final_loss": round(stats["final_loss"], 4),
         "train_seconds": round(stats["train_seconds"], 2),
         "parameters": sum(p.numel() for p in model.parameters()),
-        "data": "tasks arith 'train' split only: <bos>prompt answer<eos>, loss on answer and <eos>",
-        "test_free": "trained on arith's train split only (it excludes every test problem); "
-        "the step count was calibrated against the valid split",
-        "built_by": "trainers.tiny.build_tiny_arith",
+        **about,
         "python": environment["python"],
         "torch": environment["torch"],
         "environment": environment,
     }
     path = save_model_atomically(model, tokenizer, Path(out_dir), provenance)
     if progress:
-        print(f"[tiny-arith] saved to {path} ({provenance['parameters']} parameters)", flush=True)
+        print(f"[{recipe.name}] saved to {path} ({provenance['parameters']} parameters)", flush=True)
     return path
+
+
+def build_tiny_arith(
+    out_dir: Path, *, seed: int = 0, progress: bool = True, steps: int | None = None
+) -> Path:
+    """Build tiny-arith into `out_dir` (replacing what is there) and return the path. `steps` overrides the recipe
+    (tests); the caller's torch thread count is restored afterwards."""
+    return build_and_save(
+        out_dir,
+        recipe=TINY_RECIPE,
+        seed=seed,
+        train=lambda: train_tiny_model(seed=seed, steps=steps, progress=progress),
+        about={
+            "data": "tasks arith 'train' split only: <bos>prompt answer<eos>, loss on answer and <eos>",
+            "test_free": "trained on arith's train split only (it excludes every test problem); "
+            "the step count was calibrated against the valid split",
+            "built_by": "trainers.tiny.build_tiny_arith",
+        },
+        progress=progress,
+    )

@@ -14,16 +14,15 @@ Same seed, same bytes on one machine (the build runs on `torch_threads` threads;
 from __future__ import annotations
 
 import random
-import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
-from trainers.tiny import build_environment, save_model_atomically
+from trainers.tiny import build_and_save, fit, model_shape
 
 ENDOFTEXT, IM_START, IM_END = "<|endoftext|>", "<|im_start|>", "<|im_end|>"
 SPECIAL_TOKENS = [ENDOFTEXT, IM_START, IM_END]
@@ -125,20 +124,7 @@ def _spread(pairs: list[tuple[str, str]], count: int) -> list[tuple[str, str]]:
 
 
 def _model_config(tokenizer: PreTrainedTokenizerFast) -> Qwen2Config:
-    r = TINY_CHAT_RECIPE
-    return Qwen2Config(
-        vocab_size=len(tokenizer),
-        hidden_size=r.hidden_size,
-        intermediate_size=r.intermediate_size,
-        num_hidden_layers=r.num_hidden_layers,
-        num_attention_heads=r.num_attention_heads,
-        num_key_value_heads=r.num_key_value_heads,
-        max_position_embeddings=r.max_position_embeddings,
-        tie_word_embeddings=True,
-        pad_token_id=tokenizer.pad_token_id,
-        bos_token_id=None,
-        eos_token_id=tokenizer.eos_token_id,
-    )
+    return Qwen2Config(**model_shape(TINY_CHAT_RECIPE, tokenizer))  # bos None: Qwen has no BOS
 
 
 def _batches(
@@ -188,50 +174,32 @@ def train_tiny_chat(
     pairs = _train_samples()
     tokenizer = build_bpe_tokenizer(pairs)
     model = Qwen2ForCausalLM(_model_config(tokenizer))
-    optimizer = torch.optim.AdamW(model.parameters(), lr=r.learning_rate, weight_decay=0.0)
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / r.warmup_steps))
-    model.train()
-    start = time.perf_counter()
-    loss_value = float("nan")
-    for step, (ids, labels) in enumerate(_batches(tokenizer, pairs, steps=n_steps, seed=seed), start=1):
-        mask = (labels != -100).long()
-        out = model(input_ids=ids, attention_mask=mask, labels=labels)
-        out.loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        schedule.step()
-        optimizer.zero_grad(set_to_none=True)
-        loss_value = float(out.loss.detach())
-        if progress and (step % 25 == 0 or step == n_steps):
-            print(f"[tiny-chat] step {step}/{n_steps} loss {loss_value:.4f}", flush=True)
-    model.eval()
-    stats = {"steps": float(n_steps), "final_loss": loss_value, "train_seconds": time.perf_counter() - start}
+    stats = fit(
+        model,
+        _batches(tokenizer, pairs, steps=n_steps, seed=seed),
+        pad_token_id=tokenizer.pad_token_id,  # <|endoftext|> never occurs inside a conversation
+        learning_rate=r.learning_rate,
+        weight_decay=0.0,
+        warmup_steps=r.warmup_steps,
+        label="tiny-chat",
+        every=25,
+        total=n_steps,
+        progress=progress,
+    )
     return model, tokenizer, stats
 
 
 def build_tiny_chat(out_dir: Path, *, seed: int = 0, progress: bool = True, steps: int | None = None) -> Path:
     """Build tiny-chat into `out_dir` (replacing what is there); the caller's torch thread count is restored."""
-    callers_threads = torch.get_num_threads()
-    torch.set_num_threads(TINY_CHAT_RECIPE.torch_threads)
-    try:
-        model, tokenizer, stats = train_tiny_chat(seed=seed, steps=steps, progress=progress)
-        environment = build_environment()
-    finally:
-        torch.set_num_threads(callers_threads)
-    provenance: dict[str, object] = {
-        "name": "tiny-chat",
-        "recipe": asdict(TINY_CHAT_RECIPE),
-        "seed": seed,
-        "steps": int(stats["steps"]),
-        "final_loss": round(stats["final_loss"], 4),
-        "train_seconds": round(stats["train_seconds"], 2),
-        "parameters": sum(p.numel() for p in model.parameters()),
-        "data": "train splits of arith, gsm8k and countdown as ChatML conversations; loss on every token",
-        "test_free": "tokenizer and weights see the train splits only",
-        "built_by": "trainers.tiny_chat.build_tiny_chat",
-        "environment": environment,
-    }
-    path = save_model_atomically(model, tokenizer, Path(out_dir), provenance)
-    if progress:
-        print(f"[tiny-chat] saved to {path} ({provenance['parameters']} parameters)", flush=True)
-    return path
+    return build_and_save(
+        out_dir,
+        recipe=TINY_CHAT_RECIPE,
+        seed=seed,
+        train=lambda: train_tiny_chat(seed=seed, steps=steps, progress=progress),
+        about={
+            "data": "train splits of arith, gsm8k and countdown as ChatML conversations; loss on every token",
+            "test_free": "tokenizer and weights see the train splits only",
+            "built_by": "trainers.tiny_chat.build_tiny_chat",
+        },
+        progress=progress,
+    )
