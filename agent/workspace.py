@@ -123,7 +123,7 @@ class RunPaths:
 Layout = Literal["rlloop", "autorl-bench"]
 NORMALISED_FIELDS = {"id", "prompt", "answer"}
 PUBLIC_SPLITS: tuple[Split, ...] = ("train", "valid")
-SOURCE_SUBDIR = "source"  # rlloop layout: the dataset's own records, beside the normalised ones
+OWN_DIR = "dataset"  # rlloop layout: the dataset's own records, in workspace/dataset/ (data/ keeps train+valid only)
 NORMALISED_SUBDIR = "rlloop"  # AutoRL-Bench layout: rlloop's normalised records, beside the dataset's own
 
 
@@ -139,7 +139,7 @@ def data_files(paths: RunPaths, layout: Layout) -> dict[str, Path]:
     view at data/; an AutoRL-Bench agent reads the dataset's own records at data/ (`$DATA_PATH`), as it expects."""
     if layout == "autorl-bench":
         return {"own": paths.data_dir, "normalised": paths.data_dir / NORMALISED_SUBDIR}
-    return {"own": paths.data_dir / SOURCE_SUBDIR, "normalised": paths.data_dir}
+    return {"own": paths.workspace / OWN_DIR, "normalised": paths.data_dir}
 
 
 def _write_jsonl(target: Path, records: list[dict[str, Any]]) -> None:

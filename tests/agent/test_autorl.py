@@ -67,7 +67,8 @@ def test_workspace_holds_the_datasets_own_records_and_the_normalised_view(tmp_pa
     builtin = RunPaths(tmp_path / "home", "builtin")
     prepare_workspace(builtin, bench)  # rlloop's own trials keep the normalised view at data/
     assert _lines(builtin.data_dir / "train.jsonl") == normalised
-    assert _lines(builtin.data_dir / "source" / "train.jsonl") == own
+    assert _lines(builtin.workspace / "dataset" / "train.jsonl") == own
+    assert sorted(p.name for p in builtin.data_dir.iterdir()) == ["train.jsonl", "valid.jsonl"]
     assert not (builtin.workspace / "instructions.md").exists()
 
 
