@@ -7,6 +7,7 @@ the host.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import tempfile
@@ -49,13 +50,28 @@ def test_the_test_split_is_the_second_half_without_its_tests(bench: HumanEvalBen
         assert "test" not in sample.meta and record["test"] not in sample.model_dump_json()
 
 
+def test_what_the_run_writes_for_trials_holds_no_test_problem(bench: HumanEvalBenchmark) -> None:
+    """The workspace's copy comes from the grader's own benchmark object, which knows all 164: still 0-81 only."""
+    (text,) = bench.trial_files().values()
+    assert [json.loads(line)["task_id"] for line in text.splitlines()] == [
+        f"HumanEval/{i}" for i in range(82)
+    ]
+    assert not [r for r in all_records()[82:] if r["prompt"] in text or r["test"] in text]
+
+
 def test_canonical_solutions_score_one_and_pass_scores_zero(bench: HumanEvalBenchmark) -> None:
     test = bench.load("test")
     solutions = {r["task_id"]: r["canonical_solution"] for r in all_records()}
-    # one batch, one sandbox: the 82 canonical solutions, then 82 bodies that are just `pass`
-    scores = bench.score_batch([solutions[s.answer] for s in test] + ["    pass\n"] * 82, test + test)
+    prompts = {r["task_id"]: r["prompt"] for r in all_records()}
+    # a chat reply: the whole function in a fenced block, text around it (the same `program` as the trials')
+    fenced = [f"Sure.\n```python\n{prompts[s.answer]}{solutions[s.answer]}```\nDone." for s in test[:2]]
+    # one batch, one sandbox: the 82 canonical solutions, 82 bodies that are just `pass`, 2 fenced replies
+    scores = bench.score_batch(
+        [solutions[s.answer] for s in test] + ["    pass\n"] * 82 + fenced, test + test + test[:2]
+    )
     assert scores[:82] == [1.0] * 82
-    assert scores[82:] == [0.0] * 82
+    assert scores[82:164] == [0.0] * 82
+    assert scores[164:] == [1.0, 1.0]
     assert bench.score(solutions[test[0].answer], test[0]) == 1.0
 
 
