@@ -118,6 +118,9 @@ def run(
     ] = None,
     trial_steps: Annotated[int | None, typer.Option(help="Fixed steps per trial (reproducible).")] = None,
     trial_cpus: Annotated[float | None, typer.Option(help="CPU limit of one trial (docker).")] = None,
+    trial_concurrency: Annotated[
+        int | None, typer.Option(help="Trials trained at once (cores split between them).")
+    ] = None,
     trial_gpus: Annotated[
         int | None, typer.Option(help="GPUs leased to each trial (0: CPU); too few fails at once.")
     ] = None,

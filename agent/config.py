@@ -79,6 +79,9 @@ class RunConfig(BaseSettings):
     )
     trial_memory_mb: int = Field(6144, ge=256, description="Memory limit of one trial.")
     trial_cpus: float | None = Field(None, description="CPU limit of one trial (docker).")
+    trial_concurrency: int = Field(
+        1, ge=1, le=64, description="Trials trained at once (each with cores / K unless --trial-cpus is set)."
+    )
     trial_gpus: int = Field(
         0,
         ge=0,

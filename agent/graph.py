@@ -37,6 +37,7 @@ class LoopState(TypedDict, total=False):
     baseline_valid: dict[str, Any] | None  # the base model's valid score, n and CI (agent.validation)
     submit_now: bool  # the submission policy's decision for the trial in flight (set by validate)
     search_done: str | None  # the proposer found nothing left worth trying: why the run ends early, finished
+    queue: list[dict[str, Any]]  # the rest of a concurrent step's trials, in id order (agent.concurrency)
 
 
 class LoopNodes(Protocol):

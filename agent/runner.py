@@ -10,11 +10,12 @@ from __future__ import annotations
 import os
 import threading
 import time
+from contextlib import nullcontext
 from typing import Any
 
 from langgraph.types import interrupt
 
-from agent import approvals
+from agent import approvals, concurrency
 from agent.codecheck import check_and_repair
 from agent.finish import (
     FINISH_RESERVE_S,
@@ -49,6 +50,8 @@ class Research(Screened):
             return str(state["halt"])
         if state.get("search_done"):
             return str(state["search_done"])
+        if state.get("queue"):  # trained in the same concurrent step (agent.concurrency): recorded first
+            return None
         exhausted = self.budget.exhausted()
         if exhausted:
             return f"budget spent: {exhausted}"
@@ -102,6 +105,9 @@ class Research(Screened):
         }
 
     def propose(self, state: LoopState) -> dict[str, Any]:
+        queued = state.get("queue") or []
+        if queued:  # the next trial of a concurrent step: already trained, validated and recorded in id order
+            return {"current": queued[0], "queue": queued[1:], "feedback": None}
         trials = self.trials(state)
         index = len(trials) + 1
         trial_id = f"t{index:02d}"
@@ -156,6 +162,16 @@ class Research(Screened):
         self.reporter.info(f"[bold cyan]{trial_id}[/bold cyan] {proposal.recipe} from {start}: {hp}")
         self.reporter.info(f"    [dim]{proposal.hypothesis}[/dim]")
         record = TrialRecord(trial_id=trial_id, index=index, proposal=proposal, status="pending")
+        k = concurrency.width(self.config, len(trials))
+        if k > 1:  # --trial-concurrency: up to k - 1 more trials train with this one (agent.concurrency)
+            more = concurrency.more_proposals(
+                self, context, record, k, reserved_s=proposal.estimated_cost_s or 0.0
+            )
+            return {
+                "current": record.model_dump(mode="json"),
+                "queue": [r.model_dump(mode="json") for r in more],
+                "feedback": None,
+            }
         return {"current": record.model_dump(mode="json"), "feedback": None}
 
     def approve(self, state: LoopState) -> dict[str, Any]:
@@ -183,6 +199,23 @@ class Research(Screened):
 
     def run_trial(self, state: LoopState) -> dict[str, Any]:
         record = TrialRecord.model_validate(state["current"])
+        if record.status != "pending":  # trained with the step's other trials (agent.concurrency)
+            return {}
+        queued = concurrency.queued_records(state)
+        if queued:  # --trial-concurrency: this trial and the queued ones train at once
+            records = concurrency.train_batch(
+                self,
+                [record, *queued],
+                lambda r, k, slot: self._train(r, state, k=k, slot=slot),
+            )
+            return {
+                "current": records[0].model_dump(mode="json"),
+                "queue": [r.model_dump(mode="json") for r in records[1:]],
+            }
+        return {"current": self._train(record, state).model_dump(mode="json")}
+
+    def _train(self, record: TrialRecord, state: LoopState, *, k: int = 1, slot: int = 0) -> TrialRecord:
+        """Train one trial in the sandbox; `k` > 1: as the `slot`-th of k at once (no live status line of its own)."""
         trials = self.trials(state)
         started = time.time()
         if record.proposal.train_py:
@@ -191,16 +224,21 @@ class Research(Screened):
                 record.status, record.error = "failed", problem
                 record.duration_s = round(time.time() - started, 2)
                 self.reporter.error(f"{record.trial_id}: {problem}")
-                return {"current": record.model_dump(mode="json")}
+                return record
         seconds_left = max(30.0, self.config.timeout - FINISH_RESERVE_S - self.used_s(state))
         timeout_s = min(self.config.trial_timeout, seconds_left + 60.0)
         try:
             request = self.trial_request(record.proposal, record.trial_id, trials, timeout_s)
+            request = concurrency.split_request(request, self.config, k, slot, self.devices)
         except TrialSetupError as exc:
             record.status, record.error = "failed", str(exc)
             self.reporter.error(f"{record.trial_id}: {exc}")
-            return {"current": record.model_dump(mode="json")}
-        with self.reporter.watching(f"{record.trial_id} training", request.log_path):
+            return record
+        with (
+            self.reporter.watching(f"{record.trial_id} training", request.log_path)
+            if k == 1
+            else nullcontext()
+        ):
             if os.environ.get("RLLOOP_FAILPOINT", "").startswith("run_trial"):
                 threading.Timer(3.0, failpoint, ("run_trial", record.index)).start()  # die mid-training
             result = self.sandbox.run(request)
@@ -212,7 +250,17 @@ class Research(Screened):
             self.reporter.info(f"    trained in {record.duration_s:.0f}s{extra}")
         else:
             self.reporter.error(f"{record.trial_id} failed: {record.error} (log: {request.log_path})")
-        return {"current": record.model_dump(mode="json")}
+        return record
+
+    def validate(self, state: LoopState) -> dict[str, Any]:
+        update = super().validate(state)
+        if update.get("submit_now") and state.get("submissions", 0) >= self.submission_cap:
+            # a queued trial of a concurrent step, trained before the cap was reached: kept, not graded
+            record = TrialRecord.model_validate(update["current"])
+            record.submission_note = f"not submitted: the submission cap of {self.submission_cap} is reached"
+            self.reporter.info(f"    {record.submission_note}")
+            update = {**update, "current": record.model_dump(mode="json"), "submit_now": False}
+        return update
 
     def submit(self, state: LoopState) -> dict[str, Any]:
         record = TrialRecord.model_validate(state["current"])
