@@ -38,12 +38,16 @@ if TYPE_CHECKING:
 OUTCOME = "outcome.json"
 
 
-def width(config: RunConfig, trials_done: int) -> int:
-    """How many trials the next step may launch: K, no more than the run has left, and 1 under an approval gate
-    (each proposal waits for its own decision)."""
+def width(config: RunConfig, trials_done: int, submissions_left: int) -> int:
+    """How many trials the next step may launch: K, no more than the run has left (nor, under submit=all, where
+    each checkpoint is graded, than submissions left), and 1 under an approval gate (each proposal waits for its
+    own decision)."""
     if config.trial_concurrency <= 1 or config.approval != "never":
         return 1
-    return max(1, min(config.trial_concurrency, config.loop_n - trials_done))
+    left = config.loop_n - trials_done
+    if config.submit == "all":
+        left = min(left, submissions_left)
+    return max(1, min(config.trial_concurrency, left))
 
 
 def trial_cpus(config: RunConfig, k: int) -> float | None:

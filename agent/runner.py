@@ -162,7 +162,7 @@ class Research(Screened):
         self.reporter.info(f"[bold cyan]{trial_id}[/bold cyan] {proposal.recipe} from {start}: {hp}")
         self.reporter.info(f"    [dim]{proposal.hypothesis}[/dim]")
         record = TrialRecord(trial_id=trial_id, index=index, proposal=proposal, status="pending")
-        k = concurrency.width(self.config, len(trials))
+        k = concurrency.width(self.config, len(trials), self.submission_cap - state.get("submissions", 0))
         if k > 1:  # --trial-concurrency: up to k - 1 more trials train with this one (agent.concurrency)
             more = concurrency.more_proposals(
                 self, context, record, k, reserved_s=proposal.estimated_cost_s or 0.0
