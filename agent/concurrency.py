@@ -58,21 +58,25 @@ def trial_cpus(config: RunConfig, k: int) -> float | None:
 
 
 def split_request(
-    request: SandboxRequest, config: RunConfig, k: int, slot: int, devices: DevicePlan
+    request: SandboxRequest, config: RunConfig, k: int, slot: int, devices: DevicePlan, backend: str = "local"
 ) -> SandboxRequest:
-    """`request` as the `slot`-th of k concurrent trials: its CPU share (and torch/OpenMP threads to match) and
-    GPUs taken from a different place of the pool than its siblings' (the lease still serialises any overlap)."""
+    """`request` as the `slot`-th of k concurrent trials: its CPU share of this machine (and torch/OpenMP threads
+    to match; not on ray, whose scheduler places each trial on a node with room) and the GPUs after its siblings'
+    in the pool (slot 0 keeps the free ones the plan chose; the lease still serialises any overlap)."""
     if k <= 1:
         return request
-    cpus = trial_cpus(config, k)
-    threads = str(max(1, int(cpus or 1)))
-    env = {"OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads, **request.env}
-    gpus = request.gpus
+    update: dict[str, Any] = {}
+    if backend != "ray":
+        cpus = trial_cpus(config, k)
+        threads = str(max(1, int(cpus or 1)))
+        update["cpus"] = cpus
+        update["env"] = {"OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads, **request.env}
     pool = [int(g) for g in devices.trial_pool]
-    if gpus and len(pool) >= len(gpus) * 2:
-        start = (slot * len(gpus)) % len(pool)
-        gpus = [pool[(start + i) % len(pool)] for i in range(len(gpus))]
-    return request.model_copy(update={"cpus": cpus, "env": env, "gpus": gpus})
+    gpus = request.gpus
+    if gpus and gpus[0] in pool and len(pool) >= len(gpus) * 2 and backend != "ray":
+        start = pool.index(gpus[0]) + slot * len(gpus)
+        update["gpus"] = [pool[(start + i) % len(pool)] for i in range(len(gpus))]
+    return request.model_copy(update=update)
 
 
 def _same(a: Proposal, b: Proposal) -> bool:

@@ -229,7 +229,9 @@ class Research(Screened):
         timeout_s = min(self.config.trial_timeout, seconds_left + 60.0)
         try:
             request = self.trial_request(record.proposal, record.trial_id, trials, timeout_s)
-            request = concurrency.split_request(request, self.config, k, slot, self.devices)
+            request = concurrency.split_request(
+                request, self.config, k, slot, self.devices, self.sandbox.name
+            )
         except TrialSetupError as exc:
             record.status, record.error = "failed", str(exc)
             self.reporter.error(f"{record.trial_id}: {exc}")

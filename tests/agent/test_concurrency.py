@@ -188,3 +188,14 @@ def test_kill_9_mid_concurrent_step_then_resume(
     assert t01_log.stat().st_mtime_ns == t01_before  # t01 finished before the kill: not trained again
     if failpoint == "trained:1":
         assert "t01 finished before the interruption: not trained again" in (run_dir / "run.log").read_text()
+
+
+def test_concurrent_trials_get_different_gpus_and_ray_keeps_its_own_cpus(tmp_path: Path) -> None:
+    from sandbox.devices import DevicePlan
+
+    plan = DevicePlan(gpus=("0", "1", "2", "3"), trial_gpus=1, grader_gpu=None)
+    request = SandboxRequest(command=["true"], workspace=tmp_path, log_path=tmp_path / "l", gpus=[2])
+    slots = [split_request(request, _config(tmp_path), 2, s, plan).gpus for s in (0, 1)]
+    assert slots == [[2], [3]]  # slot 0 keeps the free device the plan chose, slot 1 the next
+    on_ray = split_request(request, _config(tmp_path), 2, 1, plan, "ray")
+    assert on_ray.cpus is None and on_ray.gpus == [2]  # ray's scheduler places it and hands it its GPUs
