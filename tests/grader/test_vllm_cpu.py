@@ -11,8 +11,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -34,10 +32,10 @@ from grader.config import EvalConfig
 from grader.engines import HFEngine, VLLMEngine, choose_engine, vllm_available
 from grader.evaluation import build_prompts, cut_at_stop, evaluate
 from tests.grader.conftest import GraderProcess
+from tests.trainers.conftest import run_trainers, write_jsonl
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
-REPO = Path(__file__).resolve().parents[2]
 RSS_TOLERANCE = 64 * 1024**2  # bytes the grader may grow between its 1st and 5th submission (allocator noise)
 
 
@@ -123,14 +121,10 @@ def test_five_submissions_through_one_grader_do_not_grow_it(tmp_path: Path, tiny
 
 
 def test_grpo_trains_with_vllm_rollouts(tmp_path: Path, tiny_model_dir: Path) -> None:
-    train = tmp_path / "train.jsonl"
-    with train.open("w") as fh:
-        for sample in get_benchmark("arith").load("train")[:256]:
-            fh.write(json.dumps({"id": sample.id, "prompt": sample.prompt, "answer": sample.answer}) + "\n")
     out = tmp_path / "out"
     config = {
         "model_path": str(tiny_model_dir),
-        "train_file": str(train),
+        "train_file": str(write_jsonl(tmp_path / "train.jsonl", "train", 256)),
         "output_dir": str(out),
         "max_steps": 3,
         "per_device_train_batch_size": 16,
@@ -139,17 +133,7 @@ def test_grpo_trains_with_vllm_rollouts(tmp_path: Path, tiny_model_dir: Path) ->
         "use_vllm": True,
         "reward_functions": ["correct", "format"],  # the format bonus varies within a group: a real gradient
     }
-    config_path = tmp_path / "grpo.json"
-    config_path.write_text(json.dumps(config))
-    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
-    done = subprocess.run(
-        [sys.executable, "-m", "trainers", "grpo", "--config", str(config_path)],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    done = run_trainers("grpo", config, tmp_path / "grpo.json", timeout=900)
     log = done.stdout + done.stderr
     assert done.returncode == 0, log[-4000:]
     assert "vLLM engine on the CPU" in log, "the rollouts did not come from vLLM"
