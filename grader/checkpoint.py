@@ -266,7 +266,8 @@ def content_hash(info: CheckpointInfo) -> str:
     from safetensors import safe_open
 
     digest = hashlib.sha256(f"kind={info.kind}\n".encode())
-    if info.chat_template_sha256 is not None:  # same weights, another template: another submission (it is flagged)
+    # same weights with another chat template: another submission (and a flagged one)
+    if info.chat_template_sha256 is not None:
         digest.update(f"chat_template={info.chat_template_sha256}\n".encode())
     if info.kind == "adapter":
         identity = {k: info.config.get(k) for k in _ADAPTER_IDENTITY_KEYS}
