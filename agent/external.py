@@ -354,6 +354,7 @@ def _finalize(
         success=success,
         workspace=str(paths.workspace),
         isolation=isolation,
+        error="" if success else (failure.error if failure is not None else reason),
     )
     scores = [float(s["score"]) for s in final.get("score_trajectory", []) if s.get("score") is not None]
     extra = {

@@ -134,6 +134,7 @@ def interrupted_before_start(config: RunConfig, paths: RunPaths, reason: str) ->
         base_model=config.base_model,
         success=False,
         workspace=str(paths.workspace),
+        error=reason,
     )
     summary, _ = write_ending(paths, row, status="interrupted", reason=reason)
     return summary

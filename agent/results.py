@@ -43,6 +43,7 @@ class ResultRow(BaseModel):
     isolation: str | None = (
         None  # "container", "namespaces", or "none": how the run's trials were kept from the grader
     )
+    error: str = ""  # why the run did not succeed, in one line (an external agent's error); empty on success
 
     @field_serializer("baseline", "best_score", "improvement")
     def _four_decimals(self, value: float | None) -> str:

@@ -405,6 +405,7 @@ class Research(Screened):
             success=success,
             workspace=str(self.paths.workspace),
             isolation=self.isolation,
+            error="" if success else reason,
         )
         summary, plot = write_ending(
             self.paths,

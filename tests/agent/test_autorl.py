@@ -283,7 +283,7 @@ def test_an_agent_that_fails_on_import_is_reported_failed_with_its_error(
     assert summary["success"] is False and summary["stop_reason"] == f"agent failed: {error}"
     assert summary["agent_error"] == error and summary["agent_exit_code"] == 1
     (row,) = [r for r in read_results(tiny_model_home / "results.csv") if r["run_id"] == entry.run_id]
-    assert row["success"] == "False" and row["submissions"] == "0"
+    assert row["success"] == "False" and row["submissions"] == "0" and row["error"] == error
     client = MlflowClient(tracking_uri=f"sqlite:///{tiny_model_home.resolve() / 'mlflow.db'}")
     tags = client.get_run(entry.mlflow_parent).data.tags
     assert (
