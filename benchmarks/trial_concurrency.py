@@ -6,13 +6,14 @@ training wall time (per step, the longest trial of the step: what concurrency ca
 validation and the baseline stay sequential, so the whole run's ratio is above the training ratio. The machine's
 load average is printed with the figures: on a shared machine it decides the result.
 
-    python benchmarks/trial_concurrency.py [--loop-n 4] [--k 2] [--trial-steps 25] [--home DIR]
+    python benchmarks/trial_concurrency.py [--loop-n 4] [--k 2] [--trial-steps 25] [--repeat 1] [--home DIR]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -73,6 +74,7 @@ def main() -> None:
     parser.add_argument("--trial-steps", type=int, default=25)
     parser.add_argument("--eval-limit", type=int, default=120)
     parser.add_argument("--sandbox", default="local")
+    parser.add_argument("--repeat", type=int, default=1, help="pairs of runs (the order alternates)")
     parser.add_argument(
         "--home", type=Path, default=None, help="RLLOOP_HOME (default: a temp dir; tiny-arith is built)"
     )
@@ -82,17 +84,23 @@ def main() -> None:
     from agent.models import resolve_base_model
 
     resolve_base_model("tiny-arith", home)  # built outside the timed region
-    print(f"{os.cpu_count()} cores; {args.loop_n} trials of {args.trial_steps} steps")
-    results = [one_run(home, 1, args), one_run(home, args.k, args)]
-    for r in results:
-        print(
-            f"K={r['k']}: {r['trials']} trials ({r['distinct']} distinct), run wall {r['wall']:7.1f} s, "
-            f"training wall {r['training']:7.1f} s, sum of trial times {r['trial_sum']:7.1f} s, load avg {r['load']:.1f}"
-        )
-    one, k = results
+    print(f"{os.cpu_count()} cores; {args.loop_n} trials of {args.trial_steps} steps; {args.repeat} pair(s)")
+    runs: dict[int, list[dict[str, Any]]] = {1: [], args.k: []}
+    for i in range(args.repeat):  # alternate the order (1, K, K, 1, ...) so a drifting load hits both alike
+        for k in (1, args.k) if i % 2 == 0 else (args.k, 1):
+            r = one_run(home, k, args)
+            runs[k].append(r)
+            print(
+                f"K={r['k']}: {r['trials']} trials ({r['distinct']} distinct), run wall {r['wall']:7.1f} s, "
+                f"training wall {r['training']:7.1f} s, sum of trial times {r['trial_sum']:7.1f} s, "
+                f"load avg {r['load']:.1f}",
+                flush=True,
+            )
+    one, k = (statistics.median(r["wall"] for r in runs[x]) for x in (1, args.k))
+    one_t, k_t = (statistics.median(r["training"] for r in runs[x]) for x in (1, args.k))
     print(
-        f"ratio K={k['k']} / K=1: run wall {k['wall'] / one['wall']:.2f}, training wall "
-        f"{k['training'] / one['training']:.2f} (ideal {1 / k['k']:.2f})"
+        f"median ratio K={args.k} / K=1: run wall {k / one:.2f}, training wall {k_t / one_t:.2f} "
+        f"(ideal {1 / args.k:.2f})"
     )
 
 
