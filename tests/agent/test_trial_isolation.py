@@ -137,6 +137,8 @@ def test_test_set_proposal_is_refused_and_no_secret_reaches_the_workspace(
                 "0",
                 "--sandbox",
                 backend,
+                "--submit",
+                "all",  # a copy of the base model improves nothing: submitted all the same, as a trial's output
                 "--quiet",
             ],
             env=env,
