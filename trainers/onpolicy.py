@@ -21,6 +21,7 @@ from pydantic import Field, model_validator
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from tasks import Sample, get_benchmark
+from tasks.base import stop_strings
 from tasks.chat import ChatPrompts
 from trainers import device, losses, runtime
 from trainers.config import TrainerConfig
@@ -104,14 +105,15 @@ def load_frozen(path: Path) -> PreTrainedModel:
     return model
 
 
-def benchmark_reward(name: str) -> RewardFn:
-    """The benchmark's own scorer (after its stop strings), so training rewards agree with the grader."""
+def benchmark_reward(name: str, prompt_format: str = "plain") -> RewardFn:
+    """The benchmark's own scorer (after its stop strings for `prompt_format`), so training rewards agree with the
+    grader."""
     benchmark = get_benchmark(name)
+    stop = stop_strings(benchmark, prompt_format)
 
     def reward(completions: Sequence[str], samples: Sequence[Sample]) -> list[float]:
         return [
-            float(benchmark.score(cut_at_stop(c, benchmark.stop), s))
-            for c, s in zip(completions, samples, strict=True)
+            float(benchmark.score(cut_at_stop(c, stop), s)) for c, s in zip(completions, samples, strict=True)
         ]
 
     return reward
@@ -325,7 +327,9 @@ def evaluate_on(
     if eval_file is None:
         return None
     samples = load_samples(eval_file, eval_samples, chat)
-    return accuracy(model, tokenizer, samples, get_benchmark(benchmark))
+    return accuracy(
+        model, tokenizer, samples, get_benchmark(benchmark), prompt_format="chat" if chat else "plain"
+    )
 
 
 def mean(values: Sequence[float]) -> float:

@@ -13,6 +13,7 @@ import torch
 from transformers import AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from tasks import Benchmark, Sample, get_benchmark
+from tasks.base import stop_strings
 from trainers.rewards import cut_at_stop
 
 __all__ = ["accuracy", "checkpoint_accuracy", "cut_at_stop", "greedy_completions"]
@@ -59,8 +60,9 @@ def accuracy(
     benchmark: Benchmark,
     *,
     batch_size: int = 256,
+    prompt_format: str = "plain",
 ) -> float:
-    """Mean of the benchmark's score over `samples` under greedy decoding."""
+    """Mean of the benchmark's score over `samples` under greedy decoding, cut as the grader cuts `prompt_format`."""
     if not samples:
         raise ValueError("no samples to evaluate; pass a non-empty split or subset")
     completions = greedy_completions(
@@ -70,9 +72,8 @@ def accuracy(
         max_new_tokens=benchmark.max_new_tokens,
         batch_size=batch_size,
     )
-    scores = [
-        benchmark.score(cut_at_stop(c, benchmark.stop), s) for c, s in zip(completions, samples, strict=True)
-    ]
+    stop = stop_strings(benchmark, prompt_format)
+    scores = [benchmark.score(cut_at_stop(c, stop), s) for c, s in zip(completions, samples, strict=True)]
     return sum(scores) / len(scores)
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from tasks import Sample, UnknownBenchmarkError, get_benchmark
 from tasks.answers import cut_at_stop, extract_number, first_number, numbers_match
+from tasks.base import stop_strings
 
 RewardFunc = Callable[..., list[float]]
 
@@ -49,16 +50,16 @@ def gsm8k_correct(prompts: list[Any], completions: list[Any], answer: list[str],
     ]
 
 
-def benchmark_scorer(name: str) -> RewardFunc:
-    """For any registered benchmark: its own `score`, after its stop strings, exactly as the grader applies it."""
+def benchmark_scorer(name: str, prompt_format: str = "plain") -> RewardFunc:
+    """For any registered benchmark: its own `score`, after its stop strings for `prompt_format`, exactly as the
+    grader applies them."""
     benchmark = get_benchmark(name)
+    stop = stop_strings(benchmark, prompt_format)
 
     def correct(prompts: list[Any], completions: list[Any], answer: list[str], **_: Any) -> list[float]:
         return [
             float(
-                benchmark.score(
-                    cut_at_stop(_text(c), benchmark.stop), Sample(id="reward", prompt=str(p), answer=ref)
-                )
+                benchmark.score(cut_at_stop(_text(c), stop), Sample(id="reward", prompt=str(p), answer=ref))
             )
             for p, c, ref in zip(prompts, completions, answer, strict=True)
         ]
@@ -73,16 +74,19 @@ _FORMAT: dict[str, RewardFunc] = {"arith": arith_format}
 REWARD_KINDS = ("correct", "format")
 
 
-def reward_functions(benchmark: str, kinds: Sequence[str] = ("correct",)) -> list[RewardFunc]:
-    """The reward functions for `benchmark`; `kinds` picks among "correct" and "format"."""
+def reward_functions(
+    benchmark: str, kinds: Sequence[str] = ("correct",), prompt_format: str = "plain"
+) -> list[RewardFunc]:
+    """The reward functions for `benchmark`; `kinds` picks among "correct" and "format". Under chat prompts a
+    benchmark cut differently there (a fenced reply) is scored by its own scorer with its chat stop strings."""
     funcs: list[RewardFunc] = []
     for kind in kinds:
         if kind == "correct":
-            if benchmark in _CORRECTNESS:
+            if benchmark in _CORRECTNESS and prompt_format != "chat":
                 funcs.append(_CORRECTNESS[benchmark])
             else:
                 try:
-                    funcs.append(benchmark_scorer(benchmark))
+                    funcs.append(benchmark_scorer(benchmark, prompt_format))
                 except UnknownBenchmarkError:
                     raise ValueError(
                         f"no reward function for benchmark {benchmark!r}; known: {', '.join(sorted(_CORRECTNESS))} "

@@ -153,3 +153,17 @@ def test_a_chat_reply_runs_the_code_of_its_fenced_block(bench: HumanEvalBenchmar
     wrong = reply.replace(record["canonical_solution"], "    return None\n")
     body = f"```py\n{record['canonical_solution']}```"  # just the body, fenced
     assert bench.score_batch([chat, wrong, body], [sample] * 3) == [1.0, 0.0, 1.0]
+
+
+def test_training_rewards_cut_chat_replies_as_the_grader_does(bench: HumanEvalBenchmark) -> None:
+    """A chat reply that fences the whole function earns its reward under chat prompts (cut only at end of turn)
+    and none under plain ones (cut at the first "\\ndef "): trials and the grader agree on both."""
+    from trainers.rewards import reward_functions
+
+    sample = bench.load("valid")[0]
+    whole = sample.prompt + sample.answer
+    reply = f"Here it is:\n```python\n{whole}\n```"
+    args = ([sample.prompt], [reply], [sample.answer])
+    (chat,) = reward_functions("humaneval", ["correct"], "chat")
+    (plain,) = reward_functions("humaneval", ["correct"], "plain")
+    assert chat(*args) == [1.0] and plain(*args) == [0.0]

@@ -17,6 +17,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from tasks import Sample, get_benchmark
 from tasks.answers import normalize_number
+from tasks.base import stop_strings
 from trainers import onpolicy as op
 from trainers import runtime
 from trainers.config import TrainerConfig
@@ -75,9 +76,12 @@ def policy_rejections(
     samples: list[Sample],
     benchmark_name: str,
     per_prompt: int,
+    prompt_format: str = "plain",
 ) -> list[str | None]:
-    """For each sample, one sampled completion the benchmark scores as wrong (cut at its stop strings), or None."""
+    """For each sample, one sampled completion the benchmark scores as wrong (cut at its stop strings for
+    `prompt_format`), or None."""
     benchmark = get_benchmark(benchmark_name)
+    stop = stop_strings(benchmark, prompt_format)
     out: list[str | None] = []
     chunk = 64
     for start in range(0, len(samples), chunk):
@@ -87,7 +91,7 @@ def policy_rejections(
         for i, s in enumerate(part):
             wrong = None
             for text in rollout.texts[i * per_prompt : (i + 1) * per_prompt]:
-                cut = cut_at_stop(text, benchmark.stop)
+                cut = cut_at_stop(text, stop)
                 if cut.strip() and benchmark.score(cut, s) == 0.0:
                     wrong = cut
                     break
@@ -129,7 +133,9 @@ def run(config: DPOConfig) -> TrainResult:
     model, tokenizer = runtime.load_model_and_tokenizer(Path(config.model_path))
     staging = prepare_output_dir(config.output_dir)
     if config.rejected_source == "policy":
-        rejected = policy_rejections(model, tokenizer, samples, config.benchmark, config.policy_samples)
+        rejected = policy_rejections(
+            model, tokenizer, samples, config.benchmark, config.policy_samples, config.prompt_format
+        )
     else:
         rejected = [None] * len(samples)
     rows = preference_rows(samples, rejected, config.seed, _bos_prefix(tokenizer))

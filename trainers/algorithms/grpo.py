@@ -85,7 +85,7 @@ def run_grpo(config: GRPORecipeConfig) -> TrainResult:
 
     torch.set_num_threads(config.torch_threads)
     seed_everything(config.seed)
-    rewards = reward_functions(config.benchmark, config.reward_functions)
+    rewards = reward_functions(config.benchmark, config.reward_functions, config.prompt_format)
     staging = prepare_output_dir(config.output_dir)
     dataset = prompt_answer_dataset(
         config.train_file, max_samples=config.max_train_samples, chat=chat_prompts(config)

@@ -24,6 +24,7 @@ from pydantic import Field
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from tasks import Sample, get_benchmark
+from tasks.base import stop_strings
 from trainers import onpolicy as op
 from trainers import runtime
 from trainers.algorithms.coach import Coach
@@ -86,7 +87,7 @@ def play(
     )
     episodes = []
     for s, text in zip(samples, rollout.texts, strict=True):
-        completion = cut_at_stop(text, benchmark.stop)
+        completion = cut_at_stop(text, stop_strings(benchmark, config.prompt_format))
         episodes.append(Episode(s, completion, float(benchmark.score(completion, s))))
     return episodes
 

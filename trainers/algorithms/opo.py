@@ -35,7 +35,7 @@ def run(config: OPOConfig) -> TrainResult:
     op.seed_everything(config.seed)
     samples = op.load_samples(config.train_file, config.max_train_samples, op.chat_prompts(config))
     model, tokenizer = op.load_policy(config)
-    reward_fn = op.benchmark_reward(config.benchmark)
+    reward_fn = op.benchmark_reward(config.benchmark, config.prompt_format)
     max_new = op.new_tokens_budget(config)
     next_batch = op.batches(samples, prompts_per_step, config.seed)
     optimizer = op.optimizer_for(model, config.learning_rate)
