@@ -151,5 +151,10 @@ def _recover_current(values: dict[str, Any], research: Research) -> Any:
     """A trial in flight when the run died is restarted from a clean folder (its half checkpoint is removed)."""
     current = values.get("current")
     if current and current.get("status") in ("pending", "running"):
-        research.reporter.warn(f"{current['trial_id']} was interrupted mid-trial; it will be restarted")
+        queued = [t["trial_id"] for t in values.get("queue") or []]
+        if queued:  # a concurrent step (agent.concurrency): a finished trial is read back, not retrained
+            names = ", ".join([current["trial_id"], *queued])
+            research.reporter.warn(f"{names} were interrupted mid-step; the unfinished ones will restart")
+        else:
+            research.reporter.warn(f"{current['trial_id']} was interrupted mid-trial; it will be restarted")
     return None
