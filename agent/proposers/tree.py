@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 from agent.proposers.base import Operator, Proposal, ProposalContext, SearchDone, TrialRecord
 from agent.proposers.builtin import DEFAULT_LR, RL_CYCLE, trial_budget, value
@@ -182,11 +183,24 @@ class TreeProposer:
     ) -> None:
         self.max_steps = max_steps
         self.k, self.c, self.name = k, c, name
+        self.remembered: tuple[str, dict[str, Any]] | None = (
+            None  # best first move of earlier runs (--memory)
+        )
+
+    def attach_run(self, run: Any, trial_id: str) -> None:
+        """Called by the loop before each proposal: with `--memory`, the best remembered first move of earlier
+        runs on this benchmark and base model (agent.memory) becomes this run's first draft."""
+        if run.config.memory and self.remembered is None:
+            from agent.memory import best_start
+
+            self.remembered = best_start(run.config.home, run.config.benchmark, run.config.base_model)
 
     def propose(self, context: ProposalContext) -> Proposal:
         seconds, budget = trial_budget(context, self.max_steps)
         recipes = context.recipes or ["sft", "grpo"]
         note = f" A reviewer rejected the last proposal: {context.feedback!r}." if context.feedback else ""
+        if not context.trials and self.remembered is not None and self.remembered[0] in recipes:
+            return self._remembered_draft(self.remembered, budget, seconds, note)
         nodes = build_tree(context)
         trials = context.trials
         last = trials[-1] if trials else None
@@ -227,6 +241,24 @@ class TreeProposer:
             hyperparameters={"learning_rate": move.lr, **budget},
             parent=parent.id,
             operator=move.operator,
+            estimated_cost_s=seconds,
+        )
+
+    @staticmethod
+    def _remembered_draft(
+        remembered: tuple[str, dict[str, Any]], budget: dict[str, float | int], seconds: float, note: str
+    ) -> Proposal:
+        recipe, hyperparameters = remembered
+        lr = float(hyperparameters.get("learning_rate", DEFAULT_LR.get(recipe, 1e-4)))
+        return Proposal(
+            hypothesis=f"draft from the base model: {recipe} at learning rate {lr:.3g}, the best first move an "
+            "earlier run on this benchmark and model remembers, works again.",
+            rationale="Memory across runs (--memory): start where an earlier run's best first trial started."
+            + note,
+            recipe=recipe,
+            hyperparameters={"learning_rate": lr, **budget},
+            parent=None,
+            operator="draft",
             estimated_cost_s=seconds,
         )
 

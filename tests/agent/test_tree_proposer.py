@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from agent.proposers.base import Proposal, ProposalContext, SearchDone, TrialRecord
@@ -139,3 +141,27 @@ def test_when_a_drafts_branch_closes_the_base_is_drafted_again_at_another_rate()
     assert (proposal.parent, proposal.operator, proposal.recipe) == (None, "draft", "sft")
     assert proposal.hyperparameters["learning_rate"] == pytest.approx(2e-3)
     assert "t01: 3 children, none beat 0.050 beyond noise" in proposal.rationale
+
+
+def test_with_memory_the_first_draft_is_the_best_remembered_first_move(tmp_path: Path) -> None:
+    """--memory: an earlier run's lessons, written by agent.memory, seed the tree's first draft; later proposals
+    and runs without --memory are the policy's own."""
+    from types import SimpleNamespace
+
+    from agent.memory import remember_run
+
+    earlier = [
+        _trial(1, (0.30, 0.25, 0.35), lr=3e-5, recipe="grpo"),
+        _trial(2, (0.10, 0.05, 0.15), lr=2e-3, recipe="sft"),
+    ]
+    remember_run(tmp_path, "arith", "tiny-arith", "earlier-run", earlier, baseline=0.05)
+    config = SimpleNamespace(memory=True, home=tmp_path, benchmark="arith", base_model="tiny-arith")
+    policy = TreeProposer(max_steps=10)
+    policy.attach_run(SimpleNamespace(config=config), "t01")
+    first = policy.propose(_ctx([]))
+    assert (first.recipe, first.parent, first.operator) == ("grpo", None, "draft")
+    assert first.hyperparameters["learning_rate"] == 3e-5 and first.hyperparameters["max_steps"] == 10
+    assert "earlier run" in first.hypothesis
+    forgetful = TreeProposer(max_steps=10)
+    forgetful.attach_run(SimpleNamespace(config=SimpleNamespace(**{**vars(config), "memory": False})), "t01")
+    assert forgetful.propose(_ctx([])).recipe == "sft"
