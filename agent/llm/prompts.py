@@ -108,7 +108,11 @@ def proposal_prompt(
         + (", ".join(resumable) if resumable else "none yet"),
     ]
     if lessons:
-        sections += ["", "# Lessons from earlier runs on this benchmark and base model (memory)", lessons.strip()]
+        sections += [
+            "",
+            "# Lessons from earlier runs on this benchmark and base model (memory)",
+            lessons.strip(),
+        ]
     if context.feedback:
         sections += ["", "# Feedback on your previous proposal (from a person)", context.feedback.strip()]
     sections += [

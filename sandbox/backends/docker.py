@@ -119,7 +119,9 @@ class DockerSandbox:
             **request.env,
         }
         if live_code_mounts():  # the live checkout first, then what the request adds (plugin folders)
-            env["PYTHONPATH"] = os.pathsep.join(p for p in (LIVE_CODE_DIR, request.env.get("PYTHONPATH")) if p)
+            env["PYTHONPATH"] = os.pathsep.join(
+                p for p in (LIVE_CODE_DIR, request.env.get("PYTHONPATH")) if p
+            )
         network_kw: dict[str, Any] = {"network_mode": "none"}
         if request.network == "grader":
             gate = self._grader_network(request.grader_url or "")

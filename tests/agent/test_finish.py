@@ -27,9 +27,7 @@ def test_public_then_the_loops_own_figures_fill_in() -> None:
 
 
 def test_the_row_is_the_csv_columns_with_four_decimal_scores() -> None:
-    assert (
-        RESULTS_COLUMNS[0] == "run_id" and RESULTS_COLUMNS[-1] == "error" and len(RESULTS_COLUMNS) == 15
-    )
+    assert RESULTS_COLUMNS[0] == "run_id" and RESULTS_COLUMNS[-1] == "error" and len(RESULTS_COLUMNS) == 15
     row = ResultRow(
         run_id="r", task="arith", agent="a", base_model="m", baseline=0.2, success=True, workspace="/w"
     )

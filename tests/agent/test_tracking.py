@@ -158,7 +158,9 @@ def test_each_node_is_a_trace_linked_to_its_trials_run(tmp_path: Path) -> None:
     assert [t.info.tags[NODE_TAG] for t in traces] == ["propose"]
     assert [s.name for s in traces[0].data.spans] == ["node:propose", "llm:propose"]
     assert traces[0].info.tags[TRIAL_TAG] == "t01"
-    assert [t.info.tags[NODE_TAG] for t in client.search_traces(locations=experiments, run_id=parent)] == ["finish"]
+    assert [t.info.tags[NODE_TAG] for t in client.search_traces(locations=experiments, run_id=parent)] == [
+        "finish"
+    ]
 
     # the run opened early for the traces is filled, once, when the trial is recorded
     trial = TrialRecord(
