@@ -91,7 +91,7 @@ test: $(VENV)/.installed-dev $(VENV)/.installed-verl
 	bash .ci/docker.sh
 	bash .ci/chromium.sh
 	$(BIN)/rlloop sandbox build --agent
-	RLLOOP_VERL_SITE=$(VERL_SITE) $(BIN)/python -m pytest -q -p no:cacheprovider --timeout=1800
+	RLLOOP_VERL_SITE=$(VERL_SITE) $(BIN)/python -m pytest -q -p no:cacheprovider --timeout=1800 --durations=25
 	$(MAKE) test-vllm
 
 lint:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -89,11 +90,18 @@ class _CopyParent:
         )
 
 
-PROPOSERS.register("copy-parent", lambda config, budget: _CopyParent(), replace=True)
+@pytest.fixture()
+def copy_parent_proposer() -> Iterator[str]:
+    """Registered for this test only: a name left in the registry would be missing from help texts built earlier."""
+    PROPOSERS.register("copy-parent", lambda config, budget: _CopyParent(), replace=True)
+    yield "copy-parent"
+    PROPOSERS.unregister("copy-parent")
 
 
 @pytest.mark.slow
-def test_improved_skips_a_checkpoint_that_is_no_better(tiny_model_home: Path) -> None:
+def test_improved_skips_a_checkpoint_that_is_no_better(
+    tiny_model_home: Path, copy_parent_proposer: str
+) -> None:
     from agent.driver import execute
     from agent.status import read_state
 
@@ -102,7 +110,7 @@ def test_improved_skips_a_checkpoint_that_is_no_better(tiny_model_home: Path) ->
             "home": tiny_model_home,
             "run_id": "skip",
             "loop_n": 2,
-            "proposer": "copy-parent",
+            "proposer": copy_parent_proposer,
             "sandbox": "local",
             "eval_limit": 100,
             "public_fraction": 0,
@@ -171,11 +179,18 @@ class _AtCeiling:
         raise SearchDone(f"score at its ceiling: base model valid {context.baseline_valid_score:.3f}")
 
 
-PROPOSERS.register("at-ceiling", lambda config, budget: _AtCeiling(), replace=True)
+@pytest.fixture()
+def at_ceiling_proposer() -> Iterator[str]:
+    """Registered for this test only: a name left in the registry would be missing from help texts built earlier."""
+    PROPOSERS.register("at-ceiling", lambda config, budget: _AtCeiling(), replace=True)
+    yield "at-ceiling"
+    PROPOSERS.unregister("at-ceiling")
 
 
 @pytest.mark.slow
-def test_a_search_that_is_done_ends_the_run_early_and_says_why(tiny_model_home: Path) -> None:
+def test_a_search_that_is_done_ends_the_run_early_and_says_why(
+    tiny_model_home: Path, at_ceiling_proposer: str
+) -> None:
     from agent.driver import execute
     from agent.status import read_state
 
@@ -184,7 +199,7 @@ def test_a_search_that_is_done_ends_the_run_early_and_says_why(tiny_model_home: 
             "home": tiny_model_home,
             "run_id": "done",
             "loop_n": 4,
-            "proposer": "at-ceiling",
+            "proposer": at_ceiling_proposer,
             "sandbox": "local",
             "eval_limit": 40,
             "public_fraction": 0,
