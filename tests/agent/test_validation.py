@@ -90,12 +90,18 @@ class _CopyParent:
         )
 
 
+def _registered(proposer: type) -> Iterator[str]:
+    """A test proposer registered for one test only: a name left in the registry would be missing from help texts
+    built earlier (`rlloop run --help`)."""
+    name = proposer.name  # type: ignore[attr-defined]
+    PROPOSERS.register(name, lambda config, budget: proposer(), replace=True)
+    yield name
+    PROPOSERS.unregister(name)
+
+
 @pytest.fixture()
 def copy_parent_proposer() -> Iterator[str]:
-    """Registered for this test only: a name left in the registry would be missing from help texts built earlier."""
-    PROPOSERS.register("copy-parent", lambda config, budget: _CopyParent(), replace=True)
-    yield "copy-parent"
-    PROPOSERS.unregister("copy-parent")
+    yield from _registered(_CopyParent)
 
 
 @pytest.mark.slow
@@ -181,10 +187,7 @@ class _AtCeiling:
 
 @pytest.fixture()
 def at_ceiling_proposer() -> Iterator[str]:
-    """Registered for this test only: a name left in the registry would be missing from help texts built earlier."""
-    PROPOSERS.register("at-ceiling", lambda config, budget: _AtCeiling(), replace=True)
-    yield "at-ceiling"
-    PROPOSERS.unregister("at-ceiling")
+    yield from _registered(_AtCeiling)
 
 
 @pytest.mark.slow
