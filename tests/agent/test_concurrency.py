@@ -56,9 +56,10 @@ def test_cpu_split_and_request(tmp_path: Path) -> None:
 
 
 class _Run:
-    """What more_proposals reads of the run: its proposer, budget and reporter (all real)."""
+    """What more_proposals reads of the run: its config, proposer, budget and reporter (all real)."""
 
     def __init__(self, tmp_path: Path, limit_s: float | None = None) -> None:
+        self.config = RunConfig.model_validate({"home": tmp_path})
         self.proposer = TreeProposer()
         self.budget = Budget(BudgetLimits(max_compute_s=limit_s))
         self.reporter = Reporter(tmp_path / "run.log", quiet=True)
