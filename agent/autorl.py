@@ -7,13 +7,17 @@ AutoRL-Bench's runner (rdagent/scenarios/rl/autorl_bench: run.py, core/server.py
   `model_path`, `score`, `baseline_score`, `improvement`, `elapsed_seconds`, `best`, `total_submissions`, and
   `{"error": ...}` on a refusal;
 - `/health` answering `status`, `task`, `workspace`, `available_gpus`.
-rlloop's grader answers in its own terms (`detail`, `elapsed_seconds`, `started_at`, absolute paths only); this
-module maps between the two without touching what the grader decides. See docs/autorl-bench.md.
+rlloop's grader answers in its own terms (`detail`, `elapsed_seconds`, `started_at`, absolute host paths only);
+this module maps between the two without touching what the grader decides: a `model_path` as the agent sees it
+(relative, or under /workspace) becomes the host path of the same folder in the agent's own writable folder, and
+the host's paths never go back to the agent. run_meta.json is the host's own file (never one the agent can write).
+See docs/autorl-bench.md.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import time
 from datetime import datetime
 from pathlib import Path
@@ -25,8 +29,10 @@ RUN_META_FIELDS = ("start_time", "timeout_s", "last_submit_time", "end_time")
 
 
 def read_run_meta(path: Path) -> dict[str, Any]:
+    from sandbox import untrusted
+
     try:
-        data = json.loads(path.read_text())
+        data = untrusted.read_json(path.parent, path.name, max_bytes=64 * 1024)
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
@@ -53,13 +59,31 @@ def init_run_meta(path: Path, timeout_s: float) -> None:
 class AutoRLAdapter:
     """Rewrites the agent's requests and the grader's answers to AutoRL-Bench's shapes (see the module docstring)."""
 
-    def __init__(self, workspace: Path, task: str) -> None:
+    def __init__(self, workspace: Path, task: str, run_meta: Path, inside: Path = Path("/workspace")) -> None:
+        """`workspace`: the agent's folder on the host, which it sees at `inside`; `run_meta`: the host's file."""
         self.workspace = workspace
+        self.inside = inside
         self.task = task
-        self.run_meta = workspace / "run_meta.json"
+        self.run_meta = run_meta
+
+    def host_path(self, raw: str) -> str:
+        """The host path of a `model_path` the agent sent: relative to its workspace (as AutoRL-Bench's server
+        resolves it) or absolute under it, `..` collapsed; anything else is sent on as is, for the grader to refuse
+        (it accepts only folders inside the run's submission roots)."""
+        seen = Path(os.path.normpath(self.inside / raw))
+        if seen == self.inside or self.inside in seen.parents:
+            return str(self.workspace / seen.relative_to(self.inside))
+        return raw
+
+    def seen_path(self, host: str) -> str:
+        """A host path the grader answers with, as the agent sees it (the host's layout never reaches it)."""
+        path = Path(host)
+        if path == self.workspace or self.workspace in path.parents:
+            return str(self.inside / path.relative_to(self.workspace))
+        return "(outside the workspace)"
 
     def request_body(self, method: str, path: str, body: bytes) -> bytes:
-        """A relative `model_path` is relative to the workspace, as AutoRL-Bench's server resolves it."""
+        """A `model_path` as the agent sees it, turned into the host path of the same folder."""
         if (method, path) != ("POST", "/submit") or not body:
             return body
         try:
@@ -67,8 +91,8 @@ class AutoRLAdapter:
         except ValueError:
             return body
         raw = data.get("model_path") if isinstance(data, dict) else None
-        if isinstance(raw, str) and raw and not Path(raw).is_absolute():
-            data["model_path"] = str(self.workspace / raw)
+        if isinstance(raw, str) and raw and "\x00" not in raw:
+            data["model_path"] = self.host_path(raw)
             return json.dumps(data).encode()
         return body
 
@@ -96,9 +120,13 @@ class AutoRLAdapter:
                 max(budget - (now - start), 0) if isinstance(start, int) and isinstance(budget, int) else None
             )
             data = {**data, **{k: meta.get(k) for k in RUN_META_FIELDS}, "now": now, "remaining": remaining}
+        elif (method, path) in (("GET", "/scores"), ("GET", "/best")):
+            for view in [data, *(data.get("submissions") or [])]:
+                if isinstance(view, dict) and isinstance(view.get("model_path"), str):
+                    view["model_path"] = self.seen_path(view["model_path"])
         elif (method, path) == ("GET", "/health"):
             data.setdefault("task", self.task)
-            data.setdefault("workspace", str(self.workspace))
+            data.setdefault("workspace", str(self.inside))
             data.setdefault("available_gpus", [])
         return json.dumps(data).encode()
 

@@ -45,7 +45,8 @@ def smoke_run(run: RunResources, record: TrialRecord, trials: list[TrialRecord])
     request.env["RLLOOP_SMOKE"] = "1"
     with run.reporter.watching(f"{record.trial_id} smoke run", request.log_path):
         result = run.sandbox.run(request)
-    if result.ok and checkpoint_ready(run.paths.trial_dir(smoke_id) / "output"):
+    smoke_output = str(run.paths.trial_output(smoke_id).relative_to(run.paths.run_dir))
+    if result.ok and checkpoint_ready(run.paths, smoke_output):
         return None
     why = result.reason() if not result.ok else "the smoke run wrote no checkpoint to OUTPUT_DIR"
     return f"smoke run {why}\n--- log tail ---\n{result.log_tail[-3000:]}"

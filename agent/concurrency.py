@@ -18,7 +18,6 @@ K = 1 goes through none of this: the loop is exactly the sequential one.
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 from collections.abc import Callable, Mapping
@@ -27,7 +26,9 @@ from typing import TYPE_CHECKING, Any
 
 from agent.interrupts import failpoint
 from agent.proposers.base import Proposal, ProposalContext, TrialRecord
+from agent.trials import TrialSetupError, verify_checkpoint
 from agent.workspace import RunPaths, atomic_write_json
+from sandbox import untrusted
 from sandbox.base import SandboxRequest
 
 if TYPE_CHECKING:
@@ -139,15 +140,21 @@ def outcome_file(paths: RunPaths, trial_id: str) -> Path:
 def finished(paths: RunPaths, record: TrialRecord) -> TrialRecord | None:
     """The outcome a trial of this batch reached before the process died, if it wrote one (and, when it
     succeeded, its checkpoint is still there); None: it has to train (again)."""
-    path = outcome_file(paths, record.trial_id)
-    try:
-        done = TrialRecord.model_validate(json.loads(path.read_text()))
+    try:  # the host's own file, read back without following anything
+        done = TrialRecord.model_validate_json(
+            untrusted.read_text(paths.trials_dir, f"{record.trial_id}/{OUTCOME}")
+        )
     except (OSError, ValueError):
         return None
     if done.proposal != record.proposal:
         return None
-    if done.status == "succeeded" and not (done.checkpoint and (paths.workspace / done.checkpoint).is_dir()):
-        return None
+    if done.status == "succeeded":
+        if not done.checkpoint:
+            return None
+        try:
+            verify_checkpoint(done, paths)  # still the checkpoint sealed when it ended
+        except TrialSetupError:
+            return None
     return done
 
 

@@ -3,10 +3,13 @@
 An agent folder holds `config.yaml` (`name`, `start`, optional `env_vars`, `description`) and the `start` script.
 The script runs as `bash <folder>/<start>` (as AutoRL-Bench's run.py runs it) with `env_vars` and then
 TASK, BASE_MODEL, WORKSPACE, MODEL_PATH, DATA_PATH, OUTPUT_DIR and GRADING_SERVER_URL set, in the agent image
-(`rlloop/agent:cpu`: AutoRL-Bench's agent packages) when the sandbox is Docker. The workspace is laid out as
-AutoRL-Bench lays it out (`data/train.jsonl` in the dataset's own fields, `code/`, `output/`, `models/<name>`,
-`description.md`, `instructions.md`, `run_meta.json`; docs/autorl-bench.md). Its exit code is its success flag; what
-it submitted is read back from the grader, never from the agent. An agent that fails is reported with its error line
+(`rlloop/agent:cpu`: AutoRL-Bench's agent packages) when the sandbox is Docker. It sees its workspace at /workspace,
+laid out as AutoRL-Bench lays it out (`data/train.jsonl` in the dataset's own fields, `code/`, `output/`,
+`models/<name>`, `description.md`, `instructions.md`, `run_meta.json`; docs/autorl-bench.md). It may write only that
+folder (the run's `agent/`); the data, the instructions, the base model and run_meta.json (the host's, in
+`agent-meta/`, reached through a link the host put there first) are mounted into it read-only, and it sees no host
+path. Its submissions are read from its folder by the grader's copy (`grader.checkpoint.snapshot_submission`), never
+followed. Its exit code is its success flag; what it submitted is read back from the grader, never from the agent. An agent that fails is reported with its error line
 (`agent.agent_failure`) on the console, in summary.json, MLflow and the sweep's table and report.
 
 Token: the rlloop grader wants `Authorization: Bearer <token>` on /submit, which an AutoRL-Bench agent never
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -43,12 +47,16 @@ from agent.startup import locate_run, open_sandbox, record_run
 from agent.tracking import Tracker
 from agent.trials import TRAIN_ENV
 from agent.workspace import RunPaths, prepare_workspace
-from sandbox.base import Mount, Sandbox, SandboxRequest, SandboxResult
+from sandbox import untrusted
+from sandbox.base import Mount, Sandbox, SandboxRequest, SandboxResult, maps_paths
+from sandbox.namespaces import hand_to_sandbox_user
 from sandbox.registry import isolation_of
 from tasks.atomic import atomic_write_json
 
 AGENT_ERROR_TAG = "rlloop.agent_error"  # MLflow tag on the run's parent: "agent failed: <error line>"
-AGENT_TRIAL = "agent"  # the trials/<id> folder the external agent writes its checkpoints under
+AGENT_TRIAL = "agent"  # trials/<id>: the host's record of the agent (its log)
+INSIDE = Path("/workspace")  # the agent's folder, as it sees it (its working directory)
+META_INSIDE = Path("/run/rlloop-meta")  # the host's run_meta.json folder, read-only
 FORWARDED = {("POST", "/submit"), ("GET", "/health"), ("GET", "/time"), ("GET", "/scores"), ("GET", "/best")}
 # Re-export RLLOOP_GRADER_URL (what every sandbox backend sets to the address the command can reach) under the
 # AutoRL-Bench name, then hand over to the agent's start script exactly as run_agent.py does: `bash <start>`.
@@ -199,32 +207,66 @@ def agent_request(
     grader_url: str,
     timeout_s: float,
 ) -> SandboxRequest:
-    """The sandbox request that runs the whole agent: AutoRL-Bench's variables, its folder mounted read-only."""
-    output_dir = link_output(paths)
+    """The sandbox request that runs the whole agent: AutoRL-Bench's variables, its own folder the one writable
+    place (at /workspace), everything else it reads mounted read-only at fixed paths."""
+    prepare_agent_dir(paths)
+    models = INSIDE / "models" / model_name(config.base_model)
     env = {
         **TRAIN_ENV,
         **spec.env_vars,
         "TASK": config.benchmark,
         "BASE_MODEL": config.base_model,
-        "WORKSPACE": str(paths.workspace),
-        "MODEL_PATH": str(base_model),
-        "DATA_PATH": str(paths.data_dir),
-        "OUTPUT_DIR": str(output_dir),
+        "WORKSPACE": str(INSIDE),
+        "MODEL_PATH": str(models),
+        "DATA_PATH": str(INSIDE / "data"),
+        "OUTPUT_DIR": str(INSIDE / "output"),
         "GRADING_SERVER_URL": grader_url,
     }
+    readonly = [
+        Mount(source=paths.data_dir, target=INSIDE / "data"),
+        *(
+            Mount(source=paths.workspace / name, target=INSIDE / name)
+            for name in ("description.md", "instructions.md")
+            if (paths.workspace / name).is_file()
+        ),
+        Mount(source=base_model, target=models),
+        Mount(source=paths.agent_meta_dir, target=META_INSIDE),
+        Mount(source=spec.folder, target=Path("/agent")),
+    ]
     return SandboxRequest(
-        command=["bash", "-c", LAUNCHER, str(spec.start_script)],
-        workspace=paths.workspace,
-        log_path=paths.trial_dir(AGENT_TRIAL) / "log.txt",
+        command=["bash", "-c", LAUNCHER, str(Path("/agent") / spec.start)],
+        workspace=paths.agent_dir,
+        workspace_target=INSIDE,
+        log_path=untrusted.host_dir(paths.trial_dir(AGENT_TRIAL), anchor=paths.run_dir) / "log.txt",
         timeout_s=timeout_s,
         memory_mb=config.trial_memory_mb,
         cpus=config.trial_cpus,
         env=env,
-        mounts=[Mount(source=base_model, read_only=True), Mount(source=spec.folder, read_only=True)],
+        mounts=readonly,
         network="grader",
         grader_url=grader_url,
         labels={"rlloop.run": paths.run_id, "rlloop.trial": AGENT_TRIAL},
     )
+
+
+def model_name(name: str) -> str:
+    """`models/<name>` as AutoRL-Bench names it: the hub id, or a local folder's last part."""
+    return Path(name).name if Path(name).is_absolute() else name
+
+
+def prepare_agent_dir(paths: RunPaths) -> None:
+    """The agent's folder (made by the host, handed to the sandbox user) with AutoRL-Bench's `code/` and
+    `output/`, and `run_meta.json` as a link to the host's read-only copy. Names the agent already took (a
+    resumed run) are left as they are: nothing here follows, overwrites or walks what the agent made."""
+    untrusted.host_dir(paths.agent_meta_dir, anchor=paths.run_dir)
+    folder = untrusted.host_dir(paths.agent_dir, anchor=paths.run_dir)
+    hand_to_sandbox_user(folder)
+    for name in ("code", "output"):
+        with contextlib.suppress(FileExistsError):
+            (folder / name).mkdir(mode=0o755)
+            hand_to_sandbox_user(folder / name)
+    with contextlib.suppress(FileExistsError):
+        os.symlink(META_INSIDE / "run_meta.json", folder / "run_meta.json")
 
 
 def run_external(
@@ -249,8 +291,12 @@ def run_external(
     atomic_write_json(paths.run_dir / "external.json", spec.model_dump(mode="json"))
     base_model = resolve_base_model(config.base_model, home)
     prepare_workspace(paths, benchmark, layout="autorl-bench")
-    link_base_model(paths, config.base_model, base_model)
     sandbox = sandbox or agent_sandbox(config, reporter)
+    if not maps_paths(sandbox):
+        raise ExternalAgentError(
+            f"the {sandbox.name} sandbox cannot show the agent its folders at fixed paths (/workspace, ...); "
+            "run external agents with --sandbox docker or local (namespaces)"
+        )
     reporter.info(
         f"[bold]rlloop[/bold] external agent {spec.name!r} on {config.benchmark} ({run_id}), {sandbox.name}"
     )
@@ -283,7 +329,11 @@ def run_external(
         )
         tracker.set_tags(parent, {"rlloop.agent": spec.name, "rlloop.agent_dir": str(spec.folder)})
         tracker.log_metrics(parent, {"baseline_score": float(baseline)}, step=0)
-        relay = TokenRelay(grader.url, grader.token, adapter=AutoRLAdapter(paths.workspace, config.benchmark))
+        relay = TokenRelay(
+            grader.url,
+            grader.token,
+            adapter=AutoRLAdapter(paths.agent_dir, config.benchmark, paths.run_meta_json, inside=INSIDE),
+        )
         timeout_s = max(30.0, config.timeout - FINISH_RESERVE_S - (time.monotonic() - started))
         init_run_meta(paths.run_meta_json, timeout_s)
         request = agent_request(
@@ -427,27 +477,6 @@ def missing_agent_image(sandbox: str) -> str | None:
             "packages), which is not built: run `rlloop sandbox build --agent`"
         )
     return None
-
-
-def link_base_model(paths: RunPaths, name: str, model: Path) -> None:
-    """`models/<name>` in the workspace, as AutoRL-Bench lays it out: a link to the read-only base model (mounted at
-    the same path in every sandbox, so the link resolves inside too). MODEL_PATH stays the real path."""
-    link = paths.workspace / "models" / (Path(name).name if Path(name).is_absolute() else name)
-    if link.is_symlink() or link.exists():
-        return
-    link.parent.mkdir(parents=True, exist_ok=True)
-    link.symlink_to(model, target_is_directory=True)
-
-
-def link_output(paths: RunPaths) -> Path:
-    """`output/` (AutoRL-Bench's `$OUTPUT_DIR`) as a relative link to `trials/agent/output`, the folder the grader
-    accepts submissions from: `./output/v1`, `$OUTPUT_DIR/v1` and the real path all name the same checkpoint."""
-    real = paths.trial_dir(AGENT_TRIAL) / "output"
-    real.mkdir(parents=True, exist_ok=True)
-    link = paths.output_dir
-    if not link.is_symlink() and not link.exists():
-        link.symlink_to(real.relative_to(link.parent), target_is_directory=True)
-    return link
 
 
 def report_failure(

@@ -78,7 +78,8 @@ def grader_config(
         "token": token,
         "host": host,
         "port": port,
-        "allowed_roots": [str(paths.trials_dir)],
+        # trials write only trials/<id>/output, an external agent only agent/: submissions come from there
+        "allowed_roots": [str(paths.trials_dir), str(paths.agent_dir)],
         "max_submissions": max_submissions,
         "min_interval_s": min_interval_s,
         "public_fraction": public_fraction or None,

@@ -1,10 +1,13 @@
-"""Which files a proposal may name: only the run's workspace (and, for model folders, the base model).
+"""Which files a proposal may name: only what its trial sees (the run's workspace, its own folders, and for model
+fields the start checkpoint and the base model).
 
 A proposal's hyperparameters become the trial's config file. Left unchecked, a path field such as `gad.teacher_file`
-can point at `<run>/grader/test.jsonl` and train on the hidden test set. So every path a proposal sets is resolved
-the way the trainer will open it (relative to the workspace, the trial's working directory; symlinks followed) and
-must land inside the workspace. Fields the loop fills in itself (the start checkpoint, the training data, the output
-folder, the benchmark) are closed: a proposal may not set them at all.
+could point at `<run>/grader/test.jsonl` and train on the hidden test set. A trial sees none of the host's paths
+(sandbox.view), so such a path leads nowhere anyway; this check says so before anything is paid for. Every path a
+proposal sets is taken the way the trainer will open it (relative to the trial's working directory, /workspace) and
+judged lexically: it must land in the workspace, the trial's own folder or output, or (model fields) the start
+checkpoint or the base model. Nothing on the host is looked up or followed. Fields the loop fills in itself (the
+start checkpoint, the training data, the output folder, the benchmark) are closed: a proposal may not set them.
 
 Path fields are found by type (`Path`, `Path | None`, `list[Path]`, paths inside nested models) and, so a recipe
 that types them loosely is still covered, by name (`*_path`, `*_file`, `*_dir` and their plurals). The functions
@@ -23,6 +26,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from sandbox.view import FIXED, TrialView
+
 # Config fields the loop fills in for every trial (agent.trials.recipe_config); a proposal must not set them.
 LOOP_OWNED_FIELDS = frozenset(
     {"model_path", "train_file", "output_dir", "benchmark", "prompt_format", "system_prompt"}
@@ -30,7 +35,7 @@ LOOP_OWNED_FIELDS = frozenset(
 _LOOP_OWNED_HINTS = {
     "model_path": "the checkpoint to start from: choose it with init_from (a trial id, or null for the base model)",
     "train_file": "always the workspace's data/train.jsonl",
-    "output_dir": "always the trial's trials/<id>/output",
+    "output_dir": "always the trial's own /output",
     "benchmark": "always the run's benchmark",
     "prompt_format": "always the run's --prompt-format (what the grader scores with)",
     "system_prompt": "always the run's --system-prompt (what the grader scores with)",
@@ -38,7 +43,10 @@ _LOOP_OWNED_HINTS = {
 _PATH_SUFFIXES = ("_path", "_file", "_dir", "_paths", "_files", "_dirs")
 # Fields named like this hold a model folder, which may also be the run's base model (mounted read-only).
 _MODEL_SUFFIXES = ("_path", "_paths")
-ALLOWED = "a trial may read only files in its workspace (data/train.jsonl, data/valid.jsonl, trials/<id>/...)"
+ALLOWED = (
+    "a trial sees only /workspace (data/train.jsonl, data/valid.jsonl, ...), its own /trial and /output, and, "
+    "for model folders, /model (its start checkpoint) and /base (the base model)"
+)
 
 
 def is_path_name(name: str) -> bool:
@@ -149,29 +157,27 @@ def _inside(path: str, folder: str) -> bool:
 
 
 def resolve(value: str, workspace: Path) -> str:
-    """Where the trainer will open `value`: relative to the workspace (its working directory), symlinks followed."""
-    return os.path.realpath(os.path.join(workspace, value))
+    """Where the trainer will open `value`: relative to the working directory `workspace`, lexically (`..`
+    collapsed; nothing on the host is looked up)."""
+    if "\x00" in value:
+        raise ValueError("embedded NUL byte")
+    return os.path.normpath(os.path.join(workspace, value))
 
 
-def path_problem(
-    where: str, name: str, value: str, *, workspace: Path, base_model: Path | None = None
-) -> str | None:
-    """Why this path may not be used, or None when it lies in the workspace (or is a model field in the base model)."""
+def path_problem(where: str, name: str, value: str, *, view: TrialView = FIXED) -> str | None:
+    """Why this path may not be used, or None when the trial sees it: in its workspace, trial folder or output,
+    or, for a model field, in its start checkpoint or the base model. `view`: the folders as the trial sees them."""
     try:
-        real = resolve(value, workspace)
-    except ValueError as exc:  # e.g. an embedded NUL byte
+        real = resolve(value, view.workspace)
+    except ValueError as exc:
         return f"{where}={value!r} is not a usable path ({exc}): {ALLOWED}"
-    root = os.path.realpath(workspace)
-    if _inside(real, root):
+    roots = [view.workspace, view.trial, view.output]
+    if _is_model_name(name):
+        roots += [view.model, view.base]
+    if any(_inside(real, os.path.normpath(root)) for root in roots):
         return None
-    model_root = os.path.realpath(base_model) if base_model is not None and _is_model_name(name) else None
-    if model_root is not None and _inside(real, model_root):
-        return None
-    shown = f"resolves to {real}, outside" if real != value else "resolves outside"
-    places = f"the run's workspace {root}"
-    if model_root is not None:
-        places += f" and the base model folder {model_root}"
-    return f"{where}={value!r} {shown} {places}: {ALLOWED}"
+    shown = f"resolves to {real}, outside" if real != value else "lies outside"
+    return f"{where}={value!r} {shown} what the trial sees: {ALLOWED}"
 
 
 def closed_field_problems(
@@ -190,11 +196,10 @@ def proposal_problems(
     hyperparameters: Mapping[str, Any],
     *,
     config_class: type[BaseModel] | None,
-    workspace: Path,
-    base_model: Path | None = None,
+    view: TrialView = FIXED,
     check_closed: bool = True,
 ) -> list[str]:
-    """Every closed field set and every path outside the workspace in a proposal's hyperparameters, one line each.
+    """Every closed field set and every path the trial cannot see in a proposal's hyperparameters, one per line.
 
     `config_class` is the recipe's config (path fields found by type and name); None for a `train_py` proposal,
     whose config.json is free-form (path fields found by name). `check_closed=False` leaves out the loop-owned
@@ -208,7 +213,7 @@ def proposal_problems(
         info = fields.get(key)
         annotation = info.annotation if info is not None else Any
         for where, name, path in path_values(value, annotation, key, f"hyperparameters.{key}"):
-            problem = path_problem(where, name, path, workspace=workspace, base_model=base_model)
+            problem = path_problem(where, name, path, view=view)
             if problem is not None:
                 problems.append(problem)
     return problems

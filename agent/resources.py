@@ -6,6 +6,7 @@ comes back (with its whole store) the first time a node asks for it. `agent.runn
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import Any, cast
@@ -20,7 +21,7 @@ from agent.proposers.base import Proposal, Proposer, TrialRecord
 from agent.reporting import Reporter
 from agent.startup import make_budget
 from agent.tracking import Tracker
-from agent.trials import prepare_trial, python_for, sandbox_request, start_checkpoint
+from agent.trials import trial_request
 from agent.workspace import RunPaths
 from grader.benchmarks import get_benchmark
 from sandbox.base import Sandbox, SandboxRequest
@@ -123,10 +124,9 @@ class RunResources:
             if s.get("duplicate_of") is None and s.get("score") is not None
         ]
         for view in counted:
-            if (
-                view.get("status") == "done"
-                and Path(view.get("model_path", "")).resolve() == checkpoint.resolve()
-            ):
+            if view.get("status") == "done" and os.path.normpath(
+                view.get("model_path", "")
+            ) == os.path.normpath(checkpoint):
                 return {**view, "total_submissions": len(counted)}
         return None
 
@@ -149,26 +149,19 @@ class RunResources:
         self, proposal: Proposal, trial_id: str, trials: list[TrialRecord], timeout_s: float
     ) -> SandboxRequest:
         """The sandbox request that trains `proposal` in trials/<trial_id> (TrialSetupError if it cannot be set up)."""
-        command = prepare_trial(
+        return trial_request(
+            self.sandbox,
             proposal,
             trial_id=trial_id,
             paths=self.paths,
             base_model=self.base_model,
             trials=trials,
             benchmark=self.config.benchmark,
-            python=python_for(self.sandbox),
-            prompting=self.prompting,
-        )
-        return sandbox_request(
-            command,
-            trial_id=trial_id,
-            paths=self.paths,
-            base_model=self.base_model,
             timeout_s=timeout_s,
             memory_mb=self.config.trial_memory_mb,
             cpus=self.config.trial_cpus,
-            model_path=start_checkpoint(proposal, self.paths, self.base_model, trials),
             gpus=self.devices.for_trial(),
+            prompting=self.prompting,
         )
 
     # ---- the time budget ----------------------------------------------------------------------------------------

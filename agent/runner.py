@@ -269,7 +269,8 @@ class Research(Screened):
         assert record.checkpoint is not None
         grader = self.grader
         started = time.monotonic()
-        recovered = self.earlier_submission(self.paths.workspace / record.checkpoint)
+        checkpoint = self.paths.checkpoint(record.checkpoint)
+        recovered = self.earlier_submission(checkpoint)
         if recovered is not None:  # graded before a crash, never recorded: take that result, submit nothing
             record.score, record.submission_id = recovered["score"], recovered["submission_id"]
             record.grading = {**recovered, "recovered_after_crash": True}
@@ -279,12 +280,18 @@ class Research(Screened):
             return {"current": record.model_dump(mode="json"), "submissions": recovered["total_submissions"]}
         try:
             with self.reporter.watching(f"{record.trial_id} grading"):
-                answer = grader.submit(self.paths.workspace / record.checkpoint)
+                answer = grader.submit(checkpoint)
             failpoint("submit", record.index)  # graded, but the graph has not recorded it yet
         except GraderError as exc:
             record.status, record.error = "failed", str(exc)
             self.reporter.error(f"{record.trial_id}: {exc}")
             return {"current": record.model_dump(mode="json")}
+        sealed, scored = record.checkpoint_sha256, answer.get("files_sha256")
+        if sealed and scored and sealed != scored:  # cannot happen while trials write only their own folder
+            self.reporter.error(
+                f"{record.trial_id}: the grader scored files (sha256 {scored[:12]}) other than the checkpoint sealed "
+                f"when the trial ended ({sealed[:12]})"
+            )
         record.score = float(answer["score"])
         record.submission_id = answer.get("submission_id")
         record.grading = {**answer, "wall_s": round(time.monotonic() - started, 3)}
@@ -346,7 +353,7 @@ class Research(Screened):
                     trial_dir / "proposal.json",
                     trial_dir / "proposal_tools.jsonl",
                     trial_dir / "log.txt",
-                    trial_dir / "output" / "metrics.json",
+                    trial_dir / "metrics.json",  # the host's copy of the numbers in output/metrics.json
                 ],
             )
         self.budget.record_compute(record.duration_s)

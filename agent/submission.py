@@ -143,7 +143,7 @@ class Screened(RunResources):
         """Score the trial's checkpoint on the valid split, then let the submission policy decide on it."""
         record = TrialRecord.model_validate(state["current"])
         assert record.checkpoint is not None
-        result = self.validation_of(record.trial_id, self.paths.workspace / record.checkpoint)
+        result = self.validation_of(record.trial_id, self.paths.checkpoint(record.checkpoint))
         if result is not None:
             record.valid_score, record.valid_n = result.score, result.n
             record.valid_ci_low, record.valid_ci_high = result.ci_low, result.ci_high

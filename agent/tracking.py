@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 
 from agent.environment import environment_record, flat_params
 from agent.proposers.base import TrialRecord
+from sandbox import untrusted
 
 log = logging.getLogger(__name__)
 
@@ -183,8 +184,8 @@ class Tracker:
             metrics["flagged"] = 1.0 if flags else 0.0
         for key, value in metrics.items():
             self.client.log_metric(child, key, float(value))
-        for path in artifacts:
-            if path.is_file():
+        for path in artifacts:  # the host's records of the trial; a link or a special file is never logged
+            if untrusted.is_file(path.parent, path.name):
                 self.client.log_artifact(child, str(path))
         self.client.set_tag(child, "rlloop.status", trial.status)  # last: marks the run filled
         self.client.set_terminated(child, status="FINISHED" if trial.status == "succeeded" else "FAILED")

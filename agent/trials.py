@@ -1,4 +1,11 @@
-"""Turn a proposal into a sandboxed training command and its outcome into a TrialRecord."""
+"""Turn a proposal into a sandboxed training command and its outcome into a TrialRecord.
+
+A trial's world ends at its own folder (sandbox.view): it reads the run's workspace, its start checkpoint, the base
+model and the host's record of it (config.json, train.py), all read-only, at fixed paths, and writes only
+`trials/<id>/output`. The host writes the record before the trial starts, into folders it made (`host_dir`), and
+reads back only what `sandbox.untrusted` lets it: never through a link the trial made, never a FIFO, never more than
+a cap. A checkpoint is sealed by its digest when the trial ends, and checked against it before it is used again.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +16,7 @@ import shutil
 import site
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +25,10 @@ from pydantic import ValidationError
 from agent.proposal_paths import closed_field_problems, proposal_problems
 from agent.proposers.base import Proposal, TrialRecord
 from agent.workspace import RunPaths, atomic_write_json, atomic_write_text
-from sandbox.base import Mount, Sandbox, SandboxRequest, SandboxResult
+from sandbox import untrusted
+from sandbox.base import Mount, Sandbox, SandboxRequest, SandboxResult, maps_paths
+from sandbox.namespaces import hand_to_sandbox_user
+from sandbox.view import TrialView
 
 TRAIN_ENV = {
     "HF_HUB_OFFLINE": "1",
@@ -30,19 +41,27 @@ TRAIN_ENV = {
 }
 
 
+METRICS_CAP = 1024 * 1024  # a trial's metrics.json: what the host reads of it at most
+
+
 class TrialSetupError(ValueError):
     """The proposal cannot be turned into a runnable trial (unknown recipe, bad hyperparameter, missing parent)."""
 
 
 class ProposalRefusedError(TrialSetupError):
-    """The proposal sets a field the loop owns or names a file outside the run's workspace (agent.proposal_paths)."""
+    """The proposal sets a field the loop owns or names a file the trial cannot see (agent.proposal_paths)."""
 
 
-def check_proposal(proposal: Proposal, *, paths: RunPaths, base_model: Path) -> None:
-    """Refuse a proposal whose hyperparameters set loop-owned fields or name files outside the workspace.
+class CheckpointChangedError(TrialSetupError):
+    """A finished trial's checkpoint no longer matches the digest sealed when it ended (or the grader recorded)."""
+
+
+def check_proposal(proposal: Proposal, *, seen: TrialView) -> None:
+    """Refuse a proposal whose hyperparameters set loop-owned fields or name files the trial cannot see.
 
     Runs on the final proposal (after any human edit) before anything of the trial is written; a recipe's config
-    class finds path fields by type, a train_py's free-form config.json by name.
+    class finds path fields by type, a train_py's free-form config.json by name. `seen`: the trial's folders as it
+    sees them (paths are judged there, lexically: nothing on the host is looked up or followed).
     """
     config_class = None
     if not proposal.train_py:
@@ -51,9 +70,7 @@ def check_proposal(proposal: Proposal, *, paths: RunPaths, base_model: Path) -> 
         # an unknown recipe is recipe_config's to report; field names still catch path fields here
         with contextlib.suppress(KeyError):
             config_class = get_recipe(proposal.recipe).config_class
-    problems = proposal_problems(
-        proposal.hyperparameters, config_class=config_class, workspace=paths.workspace, base_model=base_model
-    )
+    problems = proposal_problems(proposal.hyperparameters, config_class=config_class, view=seen)
     if problems:
         raise ProposalRefusedError("refused: " + "; ".join(problems))
 
@@ -68,24 +85,43 @@ def python_for(sandbox: Sandbox) -> str:
 def start_checkpoint(
     proposal: Proposal, paths: RunPaths, base_model: Path, trials: list[TrialRecord]
 ) -> Path:
+    """The host folder the trial starts from: the base model, or its parent's sealed checkpoint, checked against
+    the digest taken when the parent ended (a checkpoint that changed since is refused)."""
     if proposal.init_from in (None, "", "base"):
         return base_model
     parent = next((t for t in trials if t.trial_id == proposal.init_from), None)
     if parent is None or parent.checkpoint is None:
         raise TrialSetupError(f"init_from={proposal.init_from!r} names no finished trial with a checkpoint")
-    return paths.workspace / parent.checkpoint
+    verify_checkpoint(parent, paths)
+    return paths.checkpoint(parent.checkpoint)
+
+
+def verify_checkpoint(record: TrialRecord, paths: RunPaths) -> None:
+    """Raise CheckpointChangedError unless the trial's checkpoint still has the digest sealed when it ended."""
+    assert record.checkpoint is not None
+    expected = record.checkpoint_sha256
+    try:
+        now = untrusted.tree_digest(paths.run_dir, record.checkpoint)
+    except (OSError, untrusted.UntrustedPathError) as exc:
+        raise CheckpointChangedError(
+            f"the checkpoint of {record.trial_id} cannot be read safely: {exc}"
+        ) from None
+    if expected is not None and now != expected:
+        raise CheckpointChangedError(
+            f"the checkpoint of {record.trial_id} changed since it was trained (sha256 {now[:12]}, sealed "
+            f"{expected[:12]}); it is not used"
+        )
 
 
 def recipe_config(
     proposal: Proposal,
     *,
-    model_path: Path,
-    trial_dir: Path,
-    paths: RunPaths,
+    seen: TrialView,
     benchmark: str,
     prompting: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The recipe's config as the trainer will read it, validated against the recipe's pydantic class."""
+    """The recipe's config as the trainer will read it (paths as the trial sees them), validated against the
+    recipe's pydantic class."""
     from trainers.registry import get_recipe
 
     try:
@@ -99,9 +135,9 @@ def recipe_config(
         raise ProposalRefusedError("refused: " + "; ".join(closed))
     config: dict[str, Any] = {
         **proposal.hyperparameters,
-        "model_path": str(model_path),
-        "train_file": str(paths.data_dir / "train.jsonl"),
-        "output_dir": str(trial_dir / "output"),
+        "model_path": str(seen.model),
+        "train_file": str(seen.workspace / "data" / "train.jsonl"),
+        "output_dir": str(seen.output),
         "benchmark": benchmark,
         **(prompting or {}),  # the run's prompt format: trials train on the prompts the grader scores
     }
@@ -113,6 +149,37 @@ def recipe_config(
     return dict(json.loads(validated.model_dump_json()))
 
 
+@dataclass(frozen=True)
+class PreparedTrial:
+    """A trial ready to run: its command, and its folders on the host and as it sees them."""
+
+    command: list[str]
+    host: TrialView
+    seen: TrialView
+
+
+def trial_folders(paths: RunPaths, trial_id: str, base_model: Path, model: Path) -> TrialView:
+    """The host folders of one trial (`model`: the checkpoint it starts from)."""
+    return TrialView(
+        workspace=paths.workspace,
+        model=model,
+        base=base_model,
+        trial=paths.trial_dir(trial_id),
+        output=paths.trial_output(trial_id),
+    )
+
+
+def fresh_output(paths: RunPaths, trial_id: str) -> Path:
+    """Make the host's record folder of a trial (refusing a link on the way) and an empty output folder in it,
+    handed to the sandbox user: a trial re-run after a crash never starts from a half-written checkpoint."""
+    folder = untrusted.host_dir(paths.trial_dir(trial_id), anchor=paths.run_dir)
+    output = paths.trial_output(trial_id)
+    shutil.rmtree(output, ignore_errors=True)  # fd-based: never follows a link the trial left inside
+    output.mkdir(mode=0o755)
+    hand_to_sandbox_user(output)
+    return folder
+
+
 def prepare_trial(
     proposal: Proposal,
     *,
@@ -122,41 +189,36 @@ def prepare_trial(
     trials: list[TrialRecord],
     benchmark: str,
     python: str,
+    maps: bool,
     prompting: dict[str, Any] | None = None,
-) -> list[str]:
-    """Write the trial's folder (config.json or train.py) and return the command that trains it.
+) -> PreparedTrial:
+    """Write the host's record of the trial (proposal.json, config.json, train.py) and return its command.
 
-    A trial that is re-run after a crash starts from a clean output folder, so a half-written checkpoint from the
-    interrupted attempt can never be submitted.
-    """
-    check_proposal(proposal, paths=paths, base_model=base_model)
-    trial_dir = paths.trial_dir(trial_id)
-    shutil.rmtree(trial_dir / "output", ignore_errors=True)
-    trial_dir.mkdir(parents=True, exist_ok=True)
+    `maps`: whether the sandbox shows the trial its folders at fixed paths (`sandbox.base.maps_paths`)."""
     model_path = start_checkpoint(proposal, paths, base_model, trials)
+    host = trial_folders(paths, trial_id, base_model, model_path)
+    seen = host.seen(maps)
+    check_proposal(proposal, seen=seen)
+    config = (
+        None
+        if proposal.train_py
+        else recipe_config(proposal, seen=seen, benchmark=benchmark, prompting=prompting)
+    )
+    trial_dir = fresh_output(paths, trial_id)
     atomic_write_json(trial_dir / "proposal.json", proposal.model_dump())
     if proposal.train_py:
         atomic_write_text(trial_dir / "train.py", proposal.train_py)
-        atomic_write_json(
-            trial_dir / "config.json",
-            {
-                **proposal.hyperparameters,
-                "model_path": str(model_path),
-                "output_dir": str(trial_dir / "output"),
-                **(prompting or {}),
-            },
-        )
-        return [python, str(trial_dir / "train.py")]
-    config = recipe_config(
-        proposal,
-        model_path=model_path,
-        trial_dir=trial_dir,
-        paths=paths,
-        benchmark=benchmark,
-        prompting=prompting,
-    )
+        own = {
+            **proposal.hyperparameters,
+            "model_path": str(seen.model),
+            "output_dir": str(seen.output),
+            **(prompting or {}),
+        }
+        atomic_write_json(trial_dir / "config.json", own)
+        return PreparedTrial([python, str(seen.trial / "train.py")], host, seen)
     atomic_write_json(trial_dir / "config.json", config)
-    return [python, "-m", "trainers", proposal.recipe, "--config", str(trial_dir / "config.json")]
+    command = [python, "-m", "trainers", proposal.recipe, "--config", str(seen.trial / "config.json")]
+    return PreparedTrial(command, host, seen)
 
 
 def plugin_mounts(command: list[str]) -> tuple[list[Mount], list[str]]:
@@ -177,72 +239,136 @@ def plugin_mounts(command: list[str]) -> tuple[list[Mount], list[str]]:
 
 
 def sandbox_request(
-    command: list[str],
+    prepared: PreparedTrial,
     *,
     trial_id: str,
     paths: RunPaths,
-    base_model: Path,
     timeout_s: float,
     memory_mb: int,
     cpus: float | None,
-    model_path: Path,
     gpus: list[int] | None = None,
 ) -> SandboxRequest:
-    """The trial's sandbox request; `gpus` are the machine-wide ids it is leased (`sandbox.devices.DevicePlan`)."""
-    trial_dir = paths.trial_dir(trial_id)
-    plugins, pythonpath = plugin_mounts(command)
+    """The trial's sandbox request; `gpus` are the machine-wide ids it is leased (`sandbox.devices.DevicePlan`).
+    Its one writable folder is its output; the log is the host's, beside it."""
+    host, seen = prepared.host, prepared.seen
+    plugins, pythonpath = plugin_mounts(prepared.command)
     return SandboxRequest(
-        command=command,
-        workspace=paths.workspace,
-        log_path=trial_dir / "log.txt",
+        command=prepared.command,
+        workspace=host.output,
+        workspace_target=seen.output,
+        workdir=seen.workspace,
+        log_path=host.trial / "log.txt",
         timeout_s=timeout_s,
         memory_mb=memory_mb,
         cpus=cpus,
         gpus=list(gpus or []),
         env={
             **TRAIN_ENV,
-            "MODEL_PATH": str(model_path),
-            "DATA_PATH": str(paths.data_dir),
-            "OUTPUT_DIR": str(trial_dir / "output"),
-            "TRIAL_DIR": str(trial_dir),
+            "MODEL_PATH": str(seen.model),
+            "BASE_MODEL_PATH": str(seen.base),
+            "DATA_PATH": str(seen.workspace / "data"),
+            "OUTPUT_DIR": str(seen.output),
+            "TRIAL_DIR": str(seen.trial),
             **({"PYTHONPATH": os.pathsep.join(pythonpath)} if pythonpath else {}),
         },
-        mounts=[Mount(source=base_model, read_only=True), *plugins],
+        mounts=[*host.mounts(seen), *plugins],
         labels={"rlloop.run": paths.run_id, "rlloop.trial": trial_id},
     )
 
 
-def checkpoint_ready(output_dir: Path) -> bool:
-    return (output_dir / "config.json").is_file() and any(output_dir.glob("*.safetensors"))
+def trial_request(
+    sandbox: Sandbox,
+    proposal: Proposal,
+    *,
+    trial_id: str,
+    paths: RunPaths,
+    base_model: Path,
+    trials: list[TrialRecord],
+    benchmark: str,
+    timeout_s: float,
+    memory_mb: int,
+    cpus: float | None,
+    gpus: list[int] | None = None,
+    prompting: dict[str, Any] | None = None,
+) -> SandboxRequest:
+    """prepare_trial then sandbox_request, for `sandbox` (TrialSetupError if the proposal cannot be set up)."""
+    prepared = prepare_trial(
+        proposal,
+        trial_id=trial_id,
+        paths=paths,
+        base_model=base_model,
+        trials=trials,
+        benchmark=benchmark,
+        python=python_for(sandbox),
+        maps=maps_paths(sandbox),
+        prompting=prompting,
+    )
+    return sandbox_request(
+        prepared,
+        trial_id=trial_id,
+        paths=paths,
+        timeout_s=timeout_s,
+        memory_mb=memory_mb,
+        cpus=cpus,
+        gpus=gpus,
+    )
+
+
+def checkpoint_problem(paths: RunPaths, relative: str) -> str | None:
+    """Why the folder run_dir/relative is not a checkpoint the host will read (links, special files, no config or
+    weights), or None. Nothing in it is followed or opened."""
+    try:
+        files = untrusted.walk(paths.run_dir, relative)
+    except FileNotFoundError:
+        return "finished without writing a checkpoint (config.json + weights)"
+    except (OSError, untrusted.UntrustedPathError) as exc:
+        return f"checkpoint refused: {exc}"
+    top = {f.rel for f in files if "/" not in f.rel}
+    if "config.json" not in top or not any(name.endswith(".safetensors") for name in top):
+        return "finished without writing a checkpoint (config.json + weights)"
+    return None
+
+
+def checkpoint_ready(paths: RunPaths, relative: str) -> bool:
+    return checkpoint_problem(paths, relative) is None
 
 
 def read_train_metrics(output_dir: Path) -> dict[str, float]:
-    path = output_dir / "metrics.json"
-    if not path.is_file():
-        return {}
+    """The numbers of a trial's metrics.json (read without following links, at most METRICS_CAP bytes)."""
     try:
-        data = json.loads(path.read_text())
+        data = untrusted.read_json(output_dir, "metrics.json", max_bytes=METRICS_CAP)
     except (OSError, ValueError):
         return {}
-    return {k: float(v) for k, v in data.items() if isinstance(v, int | float) and not isinstance(v, bool)}
+    if not isinstance(data, dict):
+        return {}
+    return {
+        str(k)[:200]: float(v)
+        for k, v in data.items()
+        if isinstance(v, int | float) and not isinstance(v, bool)
+    }
 
 
 def outcome(record: TrialRecord, result: SandboxResult, paths: RunPaths, started: float) -> TrialRecord:
-    """Fold the sandbox's result into the trial record: succeeded only with a complete checkpoint."""
-    output_dir = paths.trial_dir(record.trial_id) / "output"
+    """Fold the sandbox's result into the trial record: succeeded only with a complete checkpoint of regular
+    files, sealed by its digest. The metrics the host keeps are its own copy, beside the trial's folder."""
+    output_dir = paths.trial_output(record.trial_id)
+    relative = str(output_dir.relative_to(paths.run_dir))
     record.duration_s = round(time.time() - started, 2)
     record.log_tail = result.log_tail[-4000:]
     record.train_metrics = read_train_metrics(output_dir)
-    if result.ok and checkpoint_ready(output_dir):
+    atomic_write_json(paths.trial_dir(record.trial_id) / "metrics.json", record.train_metrics)
+    problem = checkpoint_problem(paths, relative) if result.ok else None
+    if result.ok and problem is None:
+        try:
+            record.checkpoint_sha256 = untrusted.tree_digest(paths.run_dir, relative)
+        except (OSError, untrusted.UntrustedPathError) as exc:
+            problem = f"checkpoint refused: {exc}"
+    if result.ok and problem is None:
         record.status = "succeeded"
-        record.checkpoint = str(output_dir.relative_to(paths.workspace))
+        record.checkpoint = relative
     else:
         record.status = "failed"
         last_line = next((ln for ln in reversed(result.log_tail.splitlines()) if ln.strip()), "")
-        reason = (
-            result.reason()
-            if not result.ok
-            else "finished without writing a checkpoint (config.json + weights)"
-        )
+        reason = result.reason() if not result.ok else str(problem)
         record.error = f"{reason}: {last_line[:300]}" if last_line else reason
     return record

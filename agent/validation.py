@@ -75,9 +75,14 @@ def validation_file(trials_dir: Path, trial_id: str) -> Path:
 
 
 def load_validation(path: Path) -> Validation | None:
-    """A validation.json written earlier, or None when there is none (or it cannot be read)."""
+    """A validation.json written earlier (by the host, in its own record of the trial), or None when there is none
+    or it cannot be read; read without following links."""
+    from sandbox import untrusted
+
     try:
-        return Validation.model_validate_json(path.read_text())
+        return Validation.model_validate_json(
+            untrusted.read_text(path.parent, path.name, max_bytes=64 * 1024**2)
+        )
     except (OSError, ValueError):
         return None
 
@@ -86,13 +91,19 @@ def _load(checkpoint: Path, base_model: Path) -> Any:
     """The model a submission of `checkpoint` would stand for, loaded exactly as the grader loads it."""
     from transformers.utils import logging as hf_logging
 
-    from grader.checkpoint import BaseModelReference, inspect_checkpoint, load_checkpoint
+    from grader.checkpoint import BaseModelReference, CheckpointError, inspect_checkpoint, load_checkpoint
     from grader.config import CheckpointLimits
+    from sandbox import untrusted
 
     hf_logging.disable_progress_bar()  # the run's console shows one line per validation, not a bar per load
 
+    limits = CheckpointLimits()
+    try:  # a finished trial's folder (nothing writes it any more), made of regular files only: then it is loaded
+        untrusted.walk(checkpoint, limits=untrusted.TreeLimits(limits.max_files, limits.max_total_bytes))
+    except OSError as exc:
+        raise CheckpointError(f"checkpoint refused: {exc}") from None
     reference = BaseModelReference.read(base_model.resolve())
-    info = inspect_checkpoint(checkpoint.resolve(), reference, CheckpointLimits())
+    info = inspect_checkpoint(checkpoint, reference, limits)
     return load_checkpoint(info, reference.path)
 
 

@@ -44,7 +44,11 @@ def new_run_id(benchmark: str) -> str:
 
 @dataclass(frozen=True)
 class RunPaths:
-    """Where one run's files live. The workspace is all the agent and its sandbox may see."""
+    """Where one run's files live.
+
+    The workspace (description, data) is what every trial reads, read-only. A trial writes only its own
+    `trials/<id>/output`; the rest of `trials/<id>/` is the host's record of it (config, proposal, log, validation,
+    outcome, tool calls), which no trial can write. An external agent writes only `agent/`."""
 
     home: Path
     run_id: str
@@ -63,7 +67,8 @@ class RunPaths:
 
     @property
     def trials_dir(self) -> Path:
-        return self.workspace / "trials"
+        """The host's records of every trial, outside the workspace: no trial can write here but its own output."""
+        return self.run_dir / "trials"
 
     @property
     def grader_dir(self) -> Path:
@@ -101,23 +106,32 @@ class RunPaths:
         return self.run_dir / "score_over_submissions.png"
 
     @property
-    def code_dir(self) -> Path:
-        """AutoRL-Bench layout: where an external agent keeps the code it writes."""
-        return self.workspace / "code"
+    def agent_dir(self) -> Path:
+        """An external agent's one writable folder, its `/workspace` (AutoRL-Bench's code/, output/ and scratch);
+        the data, instructions and base model are mounted into it read-only. Its submissions are read from here."""
+        return self.run_dir / "agent"
 
     @property
-    def output_dir(self) -> Path:
-        """AutoRL-Bench layout: an external agent's `$OUTPUT_DIR`, the models it saves and submits; a link into its
-        trial folder (`agent.external.link_output`), where the grader accepts submissions."""
-        return self.workspace / "output"
+    def agent_meta_dir(self) -> Path:
+        """The host's files for an external agent (run_meta.json), mounted read-only: the host writes only here."""
+        return self.run_dir / "agent-meta"
 
     @property
     def run_meta_json(self) -> Path:
         """AutoRL-Bench's time signals for an external agent (start_time, timeout_s, last_submit_time, end_time)."""
-        return self.workspace / "run_meta.json"
+        return self.agent_meta_dir / "run_meta.json"
 
     def trial_dir(self, trial_id: str) -> Path:
+        """The host's record of one trial (never writable by a trial)."""
         return self.trials_dir / trial_id
+
+    def trial_output(self, trial_id: str) -> Path:
+        """The one folder trial `trial_id` may write: its checkpoint, metrics and scratch."""
+        return self.trial_dir(trial_id) / "output"
+
+    def checkpoint(self, relative: str) -> Path:
+        """A TrialRecord's `checkpoint` (relative to the run folder, e.g. trials/t01/output) as a host path."""
+        return self.run_dir / relative
 
 
 Layout = Literal["rlloop", "autorl-bench"]
@@ -184,7 +198,6 @@ def prepare_workspace(paths: RunPaths, benchmark: Benchmark, layout: Layout = "r
             "reference the scorer compares against)\n",
         )
     if layout == "autorl-bench":
-        paths.code_dir.mkdir(parents=True, exist_ok=True)
         instructions = paths.workspace / "instructions.md"
         if not instructions.exists():
             atomic_write_text(instructions, AUTORL_INSTRUCTIONS)

@@ -44,7 +44,7 @@ print('steps', steps, 'loss', float(loss))
 
 def one_start(sandbox: Sandbox, python: str, ws: Path, i: int) -> tuple[float, float]:
     request = SandboxRequest(
-        command=[python, "-c", STAMP], workspace=ws, log_path=ws / f"start-{sandbox.name}-{i}.log"
+        command=[python, "-c", STAMP], workspace=ws, log_path=ws.parent / f"start-{sandbox.name}-{i}.log"
     )
     t0 = time.time()
     result = sandbox.run(request)
@@ -71,7 +71,7 @@ def measure_train(sandbox: Sandbox, python: str, seconds: float, ws: Path) -> fl
     request = SandboxRequest(
         command=[python, "-c", TRAIN.format(seconds=seconds)],
         workspace=ws,
-        log_path=ws / "train.log",
+        log_path=ws.parent / "train.log",
         cpus=1.0,
     )
     t0 = time.time()

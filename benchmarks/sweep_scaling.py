@@ -57,7 +57,10 @@ def trial_overheads(trials: int) -> tuple[list[float], list[float]]:
 
             def request() -> SandboxRequest:
                 return SandboxRequest(
-                    command=[sys.executable, "-c", "pass"], workspace=ws, log_path=ws / "log.txt", cpus=1
+                    command=[sys.executable, "-c", "pass"],
+                    workspace=ws,
+                    log_path=ws.parent / "log.txt",
+                    cpus=1,
                 )
 
             local, remote = LocalSandbox(), RaySandbox(inner="local")

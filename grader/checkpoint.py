@@ -1,7 +1,10 @@
 """Safe handling of submitted checkpoints: where they may live, what they may contain, how they are loaded.
 
-A submission is untrusted input. Before anything is loaded the folder must resolve inside an allowed root
-(symlinks included), stay under size and file-count limits, carry no remote code (`auto_map`), and match the base
+A submission is untrusted input. Its folder must lie inside an allowed root (judged on the path as sent, nothing
+followed) and is copied into the grader's private folder first (`snapshot_submission`: no link followed at any
+depth, regular files only, under the size and file-count limits, with a digest of every byte); only that copy is
+inspected, hashed and loaded, so nothing the submitter still holds can change what is scored. It must stay under
+size and file-count limits, carry no remote code (`auto_map`), and match the base
 model's architecture and tokenizer vocabulary. Weights are read from safetensors, or from torch files with
 `weights_only=True`; `trust_remote_code` is never set. LoRA adapters are merged onto the grader's own base model.
 Error messages name the problem and the offending file, never file contents. A submission that ships a chat
@@ -13,6 +16,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -20,6 +25,7 @@ from typing import Any, Literal
 import torch
 
 from grader.config import CheckpointLimits
+from sandbox import untrusted
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model", "vocab.txt")
 CHAT_TEMPLATE_FILES = ("chat_template.jinja", "chat_template.json", "tokenizer_config.json")
@@ -56,8 +62,9 @@ class CheckpointInfo:
     chat_template_sha256: str | None = None  # of the chat template the submission ships, if any
 
 
-def resolve_submission(raw_path: str, allowed_roots: list[Path]) -> Path:
-    """The real folder behind `raw_path`, which must be absolute and resolve inside one of `allowed_roots`."""
+def locate_submission(raw_path: str, allowed_roots: list[Path]) -> tuple[Path, str]:
+    """(allowed root, path below it) of `raw_path`, which must be absolute and lie inside one of `allowed_roots`,
+    judged on the path as written (`..` collapsed): nothing is looked up or followed here (see snapshot)."""
     if not raw_path or "\x00" in raw_path:
         raise CheckpointError(
             "model_path is empty or contains a NUL byte; send the checkpoint folder's absolute path"
@@ -65,23 +72,43 @@ def resolve_submission(raw_path: str, allowed_roots: list[Path]) -> Path:
     candidate = Path(raw_path)
     if not candidate.is_absolute():
         raise CheckpointError("model_path must be absolute; send the checkpoint folder's absolute path")
+    path = Path(os.path.normpath(candidate))
+    for root in allowed_roots:
+        for spelling in dict.fromkeys((Path(os.path.abspath(root)), root.resolve())):
+            if spelling in path.parents:
+                return spelling, path.relative_to(spelling).as_posix()
+    raise CheckpointError(
+        "model_path lies outside the allowed submission root; submit a checkpoint inside the workspace"
+    )
+
+
+def snapshot_submission(root: Path, relative: str, dest: Path, limits: CheckpointLimits) -> str:
+    """Copy the submitted folder into `dest` (new, private to the grader) without following any link, and return
+    the digest of its files (`sandbox.untrusted.tree_digest`). A link, FIFO, device or socket anywhere in it, or a
+    folder past the limits, is refused with the reason; nothing is left in `dest` then."""
     try:
-        resolved = candidate.resolve(strict=True)
-    except (OSError, RuntimeError):
+        return untrusted.snapshot(
+            root,
+            relative,
+            dest,
+            limits=untrusted.TreeLimits(max_files=limits.max_files, max_total_bytes=limits.max_total_bytes),
+        )
+    except FileNotFoundError:
+        shutil.rmtree(dest, ignore_errors=True)
         raise CheckpointError(
             "model_path does not exist; check the path the trial wrote its checkpoint to"
         ) from None
-    roots = [root.resolve() for root in allowed_roots]
-    if not any(resolved == root or root in resolved.parents for root in roots):
-        raise CheckpointError(
-            "model_path resolves outside the allowed submission root (symlinks are followed); "
-            "submit a checkpoint inside the workspace"
-        )
-    if not resolved.is_dir():
-        raise CheckpointError(
-            "model_path is not a folder; submit the checkpoint folder (config.json + weights)"
-        )
-    return resolved
+    except untrusted.UntrustedPathError as exc:
+        shutil.rmtree(dest, ignore_errors=True)
+        raise CheckpointError(f"checkpoint refused: {_below(exc, root)}") from None
+    except OSError as exc:
+        shutil.rmtree(dest, ignore_errors=True)
+        raise CheckpointError(f"checkpoint cannot be read ({exc.strerror or type(exc).__name__})") from None
+
+
+def _below(exc: Exception, root: Path) -> str:
+    """The refusal with the host's folder names cut to the part below the submission root."""
+    return str(exc).replace(f"{root}/", "").replace(str(root), ".")
 
 
 def _read_json(path: Path, what: str) -> dict[str, Any]:

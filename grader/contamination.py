@@ -22,6 +22,7 @@ import json
 import math
 import os
 import re
+import stat
 import zlib
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
@@ -35,6 +36,7 @@ from pydantic import BaseModel
 
 from grader.benchmarks import MultiTurnBenchmark, Sample
 from grader.config import IntegrityConfig
+from sandbox import untrusted
 
 Check = Literal["contamination", "base_copy", "near_duplicate", "chat_template"]
 
@@ -237,33 +239,46 @@ def _is_binary(head: bytes) -> bool:
     return b"\x00" in head[:8192]
 
 
-def _files(folder: Path, limit: int) -> Iterator[Path]:
-    """Regular files under `folder`, symlinks never followed, weight files skipped; sorted for stable evidence."""
+def _files(folder: Path, limit: int) -> Iterator[str]:
+    """Regular files under `folder` (relative paths), weight files skipped, sorted for stable evidence; walked
+    with no link followed at any depth (links, FIFOs and devices a trial planted are passed over, never opened)."""
     count = 0
-    for root, dirs, names in os.walk(folder, followlinks=False):
-        dirs.sort()
-        for name in sorted(names):
-            path = Path(root) / name
-            if path.is_symlink() or path.suffix.lower() in WEIGHT_SUFFIXES or not path.is_file():
-                continue
-            count += 1
-            if count > limit:
-                return
-            yield path
+    stack = [""]
+    while stack:
+        rel = stack.pop()
+        try:
+            with untrusted.open_dir(folder, rel) as fd:
+                entries = sorted(
+                    (n, os.stat(n, dir_fd=fd, follow_symlinks=False).st_mode) for n in os.listdir(fd)
+                )
+        except OSError:
+            continue
+        subdirs = []
+        for entry, mode in entries:
+            name = f"{rel}/{entry}" if rel else entry
+            if stat.S_ISDIR(mode):
+                subdirs.append(name)
+            elif stat.S_ISREG(mode) and Path(entry).suffix.lower() not in WEIGHT_SUFFIXES:
+                count += 1
+                if count > limit:
+                    return
+                yield name
+        stack.extend(reversed(subdirs))
 
 
 def scan_folder(index: TestItemIndex, folder: Path, label_root: Path, config: IntegrityConfig) -> ScanResult:
-    """Scan what a trial wrote, reading at most `max_file_bytes` of each text file and `max_total_bytes` in all."""
+    """Scan what a trial wrote, reading at most `max_file_bytes` of each text file and `max_total_bytes` in all
+    (every file opened through `sandbox.untrusted`: no link followed, nothing but regular files)."""
     result = ScanResult()
-    if index.scannable == 0 or not folder.is_dir():
+    if index.scannable == 0 or not untrusted.is_dir(folder):
         return result
     budget = config.max_total_bytes
-    for path in _files(folder, config.max_files):
+    for rel in _files(folder, config.max_files):
         if budget <= 0:
             break
         try:
-            with path.open("rb") as handle:
-                raw = handle.read(min(config.max_file_bytes, budget))
+            with untrusted.open_file(folder, rel, max_bytes=None) as fd:
+                raw = os.read(fd, min(config.max_file_bytes, budget))
         except OSError:
             continue
         if not raw or _is_binary(raw):
@@ -272,9 +287,9 @@ def scan_folder(index: TestItemIndex, folder: Path, label_root: Path, config: In
         result.files_read += 1
         result.bytes_read += len(raw)
         try:
-            where = str(path.relative_to(label_root))
+            where = str((folder / rel).relative_to(label_root))
         except ValueError:
-            where = path.name
+            where = rel
         scan_text(index, raw.decode("utf-8", errors="replace"), where, result)
     return result
 

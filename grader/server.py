@@ -125,8 +125,8 @@ def create_app(config: GraderConfig, service: GraderService | None = None) -> Fa
     @app.post("/submit", dependencies=[Depends(require_token)])
     async def submit(body: SubmitRequest) -> dict[str, Any]:
         svc.check_open()
-        resolved, digest = await run_in_threadpool(svc.validate, body.model_path)
-        sub, pending = await run_in_threadpool(svc.accept, resolved, digest)
+        received = await run_in_threadpool(svc.validate, body.model_path)
+        sub, pending = await run_in_threadpool(svc.accept, received)
         if pending is not None:
             await asyncio.wrap_future(pending)
         return await run_in_threadpool(svc.submit_response, sub)

@@ -11,9 +11,12 @@ import hashlib
 import json
 import logging
 import queue
+import shutil
 import threading
 import time
+import uuid
 from concurrent.futures import Future
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,13 +28,13 @@ from grader.benchmarks.secret import run_test_seed
 from grader.checkpoint import (
     BaseModelReference,
     CheckpointError,
-    CheckpointInfo,
     chat_template_flag,
     content_hash,
     inspect_checkpoint,
     load_checkpoint,
     load_model,
-    resolve_submission,
+    locate_submission,
+    snapshot_submission,
     weights_fingerprint,
 )
 from grader.config import GraderConfig, pin_chat
@@ -61,6 +64,20 @@ def public_ids(sample_ids: list[str], fraction: float | None, seed: int) -> set[
     ranked = sorted(sample_ids, key=lambda i: hashlib.sha256(f"{seed}:{i}".encode()).hexdigest())
     k = min(len(ranked) - 1, max(1, round(fraction * len(ranked))))
     return set(ranked[:k])
+
+
+@dataclass(frozen=True)
+class Received:
+    """A submission the grader has copied and checked, not yet recorded: the path as sent (lexically
+    normalised), the weights' content hash, its private copy and that copy's file digest."""
+
+    model_path: str
+    content_hash: str
+    snapshot: Path
+    files_sha256: str
+
+    def discard(self) -> None:
+        shutil.rmtree(self.snapshot, ignore_errors=True)
 
 
 class GraderService:
@@ -242,13 +259,15 @@ class GraderService:
         )
         log.info("evaluating submission %d (attempt %d)", sub.id, sub.attempts)
         try:
-            info = self._inspect(sub.model_path)
-            if content_hash(info) != sub.content_hash:
+            copy = self._snapshot_of(sub)
+            info = inspect_checkpoint(copy, self.base_ref, self.config.limits)
+            if content_hash(info) != sub.content_hash:  # a copy made again after a restart: same weights only
                 raise CheckpointError(
                     "checkpoint files changed after submission; submit the final checkpoint again"
                 )
             model = load_checkpoint(info, self.base_ref.path)
         except CheckpointError as exc:
+            self._drop_snapshot(sub)
             return self.store.update(submission_id, status="failed", error=str(exc), finished_at=time.time())
         is_copy = weights_fingerprint(model) == self.base_fingerprint
         flags = self._integrity(sub, model)
@@ -263,6 +282,7 @@ class GraderService:
             result = self._evaluate(model)
             scores, full = result.scores, result.score
         del model
+        self._drop_snapshot(sub)
         public, private = self._split_summaries(scores)
         done = self.store.update(
             submission_id,
@@ -301,10 +321,33 @@ class GraderService:
             log.warning("submission %d flagged (%s): %s", sub.id, flag.check, flag.evidence)
         return flags
 
-    def _inspect(self, raw_path: str) -> CheckpointInfo:
-        assert self.base_ref is not None
-        folder = resolve_submission(raw_path, self.config.allowed_roots)
-        return inspect_checkpoint(folder, self.base_ref, self.config.limits)
+    @property
+    def snapshots_dir(self) -> Path:
+        """Private copies of submissions waiting to be scored."""
+        return self.private_dir / "submissions"
+
+    def _take_snapshot(self, raw_path: str) -> tuple[str, Path, str]:
+        """(path as sent, private copy, file digest) of a submitted folder (CheckpointError when refused)."""
+        root, relative = locate_submission(raw_path, self.config.allowed_roots)
+        self.snapshots_dir.mkdir(mode=0o700, exist_ok=True)
+        dest = self.snapshots_dir / uuid.uuid4().hex
+        digest = snapshot_submission(root, relative, dest, self.config.limits)
+        return str(root / relative), dest, digest
+
+    def _snapshot_of(self, sub: Submission) -> Path:
+        """The private copy a submission is scored from; made again from the submitted folder when a previous
+        process left none (a store from before copies, or a copy lost with its folder)."""
+        if sub.snapshot and (self.private_dir / sub.snapshot).is_dir():
+            return self.private_dir / sub.snapshot
+        _, dest, digest = self._take_snapshot(sub.model_path)
+        self.store.update(sub.id, snapshot=str(dest.relative_to(self.private_dir)), files_sha256=digest)
+        return dest
+
+    def _drop_snapshot(self, sub: Submission) -> None:
+        current = self.store.get(sub.id).snapshot
+        if current:
+            shutil.rmtree(self.private_dir / current, ignore_errors=True)
+            self.store.update(sub.id, snapshot=None)
 
     # --- accepting submissions --------------------------------------------------------------------------------
     def finalized(self) -> bool:
@@ -320,12 +363,18 @@ class GraderService:
         if self.finalized():
             raise SubmissionRejected(409, "the run is finalized; no more submissions are accepted")
 
-    def validate(self, raw_path: str) -> tuple[str, str]:
-        """(resolved path, content hash) of an acceptable checkpoint; rejected ones are recorded as failed."""
+    def validate(self, raw_path: str) -> Received:
+        """Copy the submitted folder into the grader's private folder (never following a link the submitter
+        made) and check the copy; rejected submissions are recorded as failed, with the reason."""
+        assert self.base_ref is not None
+        dest: Path | None = None
         try:
-            info = self._inspect(raw_path)
-            return str(info.path), content_hash(info)
+            model_path, dest, files = self._take_snapshot(raw_path)
+            info = inspect_checkpoint(dest, self.base_ref, self.config.limits)
+            return Received(model_path, content_hash(info), dest, files)
         except CheckpointError as exc:
+            if dest is not None:
+                shutil.rmtree(dest, ignore_errors=True)
             with self.store.transaction() as db:
                 row = self.store.insert(
                     db, model_path=raw_path[:4096], status="failed", error=str(exc), finished_at=time.time()
@@ -333,14 +382,21 @@ class GraderService:
             self.write_mirror()
             raise SubmissionRejected(400, str(exc), row.id) from None
 
-    def accept(self, resolved: str, digest: str) -> tuple[Submission, Future[Submission] | None]:
+    def accept(self, received: Received) -> tuple[Submission, Future[Submission] | None]:
         """Record the submission (or a duplicate of an earlier one) exactly once; returns what to wait for."""
-        accepted = self._accept(resolved, digest)
+        try:
+            accepted = self._accept(received)
+        except BaseException:
+            received.discard()
+            raise
+        if accepted[0].duplicate_of is not None:
+            received.discard()  # scored already, as the original
         self.write_mirror()
         return accepted
 
-    def _accept(self, resolved: str, digest: str) -> tuple[Submission, Future[Submission] | None]:
+    def _accept(self, received: Received) -> tuple[Submission, Future[Submission] | None]:
         cfg = self.config
+        resolved, digest = received.model_path, received.content_hash
         with self._accept_lock, self.store.transaction() as db:
             if self.finalized():
                 raise SubmissionRejected(409, "the run is finalized; no more submissions are accepted")
@@ -350,6 +406,7 @@ class GraderService:
                     db,
                     model_path=resolved,
                     content_hash=digest,
+                    files_sha256=received.files_sha256,
                     status="done",
                     duplicate_of=original.id,
                     finished_at=time.time(),
@@ -367,7 +424,13 @@ class GraderService:
                     429, f"submissions must be {cfg.min_interval_s:g}s apart; retry in {wait:.1f}s"
                 )
             sub = self.store.insert(
-                db, model_path=resolved, content_hash=digest, status="queued", created_at=now
+                db,
+                model_path=resolved,
+                content_hash=digest,
+                snapshot=str(received.snapshot.relative_to(self.private_dir)),
+                files_sha256=received.files_sha256,
+                status="queued",
+                created_at=now,
             )
             return sub, self._enqueue(sub.id)
 
@@ -411,6 +474,7 @@ class GraderService:
             "ci_high": source.ci_high,
             "is_copy": bool(source.is_copy),
             "duplicate_of": sub.duplicate_of,
+            "files_sha256": sub.files_sha256,
             "flagged": source.flagged,
             "flags": source.flag_list,
             "isolation": self.isolation,
@@ -481,6 +545,7 @@ class GraderService:
             "ci_low": source.ci_low,
             "ci_high": source.ci_high,
             "duplicate_of": sub.duplicate_of,
+            "files_sha256": sub.files_sha256,  # of the files scored (this submission's own copy of them)
             "isolation": self.isolation,
             "is_copy": bool(source.is_copy),
             "flagged": source.flagged,
@@ -525,6 +590,7 @@ class GraderService:
             "score_trajectory": trajectory,
             "baseline_score": baseline_public,
             "best_submission_id": best.id if best else None,
+            "best_files_sha256": best.files_sha256 if best else None,  # what the host checks its best against
             "best_score": best.public_score if best else baseline_public,
             "improvement": (best.public_score or 0.0) - baseline_public if best else 0.0,
             "time_to_best": round(self.elapsed(best.created_at), 3) if best else None,

@@ -54,7 +54,11 @@ CREATE TABLE IF NOT EXISTS sketches (
 );
 """
 # Columns added after the first release: (name, declaration). Added to older stores on open, never dropped.
-_ADDED_COLUMNS = [("submissions", "flags", "TEXT NOT NULL DEFAULT '[]'")]
+_ADDED_COLUMNS = [
+    ("submissions", "flags", "TEXT NOT NULL DEFAULT '[]'"),
+    ("submissions", "snapshot", "TEXT"),
+    ("submissions", "files_sha256", "TEXT"),
+]
 
 
 class Baseline(BaseModel):
@@ -91,6 +95,10 @@ class Submission(BaseModel):
     attempts: int = 0
     per_sample: str | None = None  # JSON list of per-sample scores in evaluation order (private)
     flags: str = "[]"  # JSON list of grader.contamination.Flag: why the submission is suspect (never best)
+    snapshot: str | None = (
+        None  # the grader's private copy, scored instead of the submitted folder (until done)
+    )
+    files_sha256: str | None = None  # digest of the copied files (sandbox.untrusted.tree_digest)
 
     @property
     def flag_list(self) -> list[dict[str, Any]]:

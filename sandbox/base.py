@@ -15,7 +15,7 @@ class SandboxUnavailableError(RuntimeError):
 
 
 class Mount(BaseModel):
-    """A host path made visible to the command (read-only unless said otherwise)."""
+    """A host path made visible to the command, read-only (the request's `workspace` is its only writable place)."""
 
     source: Path
     target: Path | None = None  # where the command sees it; same path as on the host when None
@@ -23,11 +23,23 @@ class Mount(BaseModel):
 
 
 class SandboxRequest(BaseModel):
-    """What to run, where, and within which limits."""
+    """What to run, where, and within which limits.
+
+    The command may write one folder, `workspace`; everything else it sees is read-only. A backend that
+    `maps_paths` shows each folder at its target (`workspace_target`, `Mount.target`: fixed paths such as
+    /workspace, /model, /output), so nothing inside names a host path; one that does not (the unisolated local
+    backend) shows them at their host paths and ignores the targets. The log is the host's: it may not lie in the
+    writable folder (`supervise.check_request`)."""
 
     command: list[str]
-    workspace: Path  # mounted read-write; the command's working directory
-    log_path: Path  # stdout and stderr of the command, streamed while it runs
+    workspace: Path  # the one folder the command may write (its checkpoint, metrics, scratch)
+    workspace_target: Path | None = None  # where the command sees it; its host path when None
+    workdir: Path | None = (
+        None  # the command's working directory as the command sees it; the workspace when None
+    )
+    log_path: (
+        Path  # stdout and stderr of the command, streamed while it runs (a host path outside the workspace)
+    )
     timeout_s: float = 600.0  # wall-clock limit
     memory_mb: int | None = 4096  # resident memory limit (no swap where the backend can enforce it)
     cpus: float | None = None  # CPU share; None means the backend's default
@@ -41,6 +53,25 @@ class SandboxRequest(BaseModel):
     network: Network = "none"
     grader_url: str | None = None
     labels: dict[str, str] = Field(default_factory=dict)  # e.g. rlloop.run, rlloop.trial
+
+    def inside(self, maps: bool) -> Path:
+        """Where the command sees its workspace, on a backend that maps paths (`maps`) or one that does not."""
+        return (self.workspace_target or self.workspace) if maps else self.workspace
+
+    def cwd(self, maps: bool) -> Path:
+        """The command's working directory as it sees it."""
+        return (self.workdir or self.inside(True)) if maps else self._host_workdir()
+
+    def _host_workdir(self) -> Path:
+        """The working directory at its host path (an unmapped run): the mount whose target holds `workdir`."""
+        if self.workdir is None:
+            return self.workspace
+        places = [(self.workspace_target or self.workspace, self.workspace)]
+        places += [(m.target or m.source, m.source) for m in self.mounts]
+        for inside, host in places:
+            if self.workdir == inside or inside in self.workdir.parents:
+                return host / self.workdir.relative_to(inside)
+        return self.workspace
 
     def describe(self) -> str:
         """Who is running, for people: "trial t03 of run R" (from the labels), else the command's program."""
@@ -101,9 +132,15 @@ class CleanupReport(int):
         return report
 
 
+def maps_paths(sandbox: object) -> bool:
+    """Whether `sandbox` shows a request's folders at their fixed targets (no host path inside); a backend that
+    does not say so shows host paths."""
+    return bool(getattr(sandbox, "maps_paths", False))
+
+
 @runtime_checkable
 class Sandbox(Protocol):
-    """A place to run untrusted training code."""
+    """A place to run untrusted training code. A backend may declare `maps_paths = True` (see SandboxRequest)."""
 
     name: str
 

@@ -213,7 +213,19 @@ def _static_part(extra_packages: tuple[str, ...]) -> tuple[str, ...]:
     """What every trial of this process gets alike: namespaces, system, Python, packages, /proc, /dev, /tmp."""
     args = [*_namespace_flags(), *_system_mounts()]
     # the fresh /proc, /dev and /tmp first: a Python or a checkout that lives under /tmp is bound on top of them
-    args += ["--proc", "/proc", "--dev", "/dev", "--size", str(TMP_SIZE_MB * 2**20), "--tmpfs", "/tmp"]
+    # /tmp is the trial's scratch and HOME (its working directory is read-only): writable by it, sticky as usual
+    args += [
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        "--perms",
+        "1777",
+        "--size",
+        str(TMP_SIZE_MB * 2**20),
+        "--tmpfs",
+        "/tmp",
+    ]
     for root in _python_roots():
         args += ["--ro-bind", str(root), str(root)]
     args += _rlloop_packages(extra_packages)
@@ -233,11 +245,10 @@ def bwrap_argv(
     """The full command line: bubblewrap, its namespaces and mounts, the uid drop, then `inner`. `hide_env`: names
     bubblewrap itself carries but the trial must not see."""
     args = [bwrap, *_static_part(extra_packages), *_gpu_devices(request)]
-    args += ["--bind", str(request.workspace), str(request.workspace)]
+    args += ["--bind", str(request.workspace), str(request.inside(True))]
     for mount in request.mounts:  # after the workspace: a read-only mount inside it stays read-only
-        flag = "--ro-bind" if mount.read_only else "--bind"
-        args += [flag, str(mount.source), str(mount.target or mount.source)]
-    args += ["--chdir", str(request.workspace), *(a for v in hide_env for a in ("--unsetenv", v))]
+        args += ["--ro-bind", str(mount.source), str(mount.target or mount.source)]
+    args += ["--chdir", str(request.cwd(True)), *(a for v in hide_env for a in ("--unsetenv", v))]
     return [*_traversable_parents(args), "--", *_drop_root(), *inner]
 
 
@@ -281,15 +292,9 @@ _VALUE_FLAGS = {"--hostname", "--size", "--chdir", "--unsetenv", "--perms"}
 
 
 def hand_to_sandbox_user(workspace: Path) -> None:
-    """Give the workspace to SANDBOX_UID (root only): what the host wrote since the last trial becomes the trial's."""
+    """Give the writable folder itself to SANDBOX_UID (root only), never following a link and never walking into
+    what a trial wrote there: everything else a trial sees is read-only and readable by any user."""
     if not _run_as_root():
         return
-    for root, dirs, files in os.walk(workspace):
-        for name in [*dirs, *files]:
-            path = os.path.join(root, name)
-            try:
-                if os.lstat(path).st_uid != SANDBOX_UID:
-                    os.chown(path, SANDBOX_UID, SANDBOX_UID, follow_symlinks=False)
-            except FileNotFoundError:
-                continue
-    os.chown(workspace, SANDBOX_UID, SANDBOX_UID)
+    if os.lstat(workspace).st_uid != SANDBOX_UID:
+        os.chown(workspace, SANDBOX_UID, SANDBOX_UID, follow_symlinks=False)

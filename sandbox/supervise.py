@@ -11,9 +11,11 @@ A backend keeps only what differs: how it starts the command, how it waits for i
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, get_args
 
 from sandbox.base import Network, SandboxRequest, SandboxResult
@@ -34,6 +36,21 @@ def check_request(request: SandboxRequest) -> None:
         raise ValueError(f"workspace {request.workspace} is not a folder: create it before running a trial")
     if request.network not in get_args(Network):  # a model_copy or model_construct skips validation
         raise ValueError(f"unknown network {request.network!r}: use 'none' or 'grader'")
+    writable = Path(os.path.abspath(request.workspace))
+    log = Path(os.path.abspath(request.log_path))
+    if log == writable or writable in log.parents:
+        raise ValueError(
+            f"log_path {request.log_path} lies in the workspace the command may write: the host never writes or "
+            "reads back a file there (a trial could replace it with a link); put the log beside the workspace"
+        )
+    for mount in request.mounts:
+        if not mount.read_only:
+            raise ValueError(
+                f"mount {mount.source} is writable: a command writes only its workspace; mount it read-only"
+            )
+    for path in (request.workspace_target, request.workdir, *(m.target for m in request.mounts)):
+        if path is not None and not path.is_absolute():
+            raise ValueError(f"{path} must be an absolute path as the command sees it (e.g. /workspace)")
 
 
 def run_leased(request: SandboxRequest, run: Callable[[SandboxRequest], SandboxResult]) -> SandboxResult:

@@ -2,9 +2,12 @@
 
 Each tool has pydantic parameters (their JSON schema is what OpenAI tool calling sends) and returns text for the
 model plus a one-line summary for the run log, the trial's `proposal_tools.jsonl` and its MLflow trace. Tools only
-read the run's workspace (data splits, trials' logs, metrics and `validation.json`) and the trainer registry, or run
-a short script in the run's sandbox (network none, a time limit, its seconds counted against the compute budget), so
-they never see the hidden test set. A tool that fails returns its error as text: the model reads it, the run goes on.
+read the run's workspace (data splits), the host's records of trials (logs, metrics, `validation.json`: written by
+the host, outside every trial's reach) and the trainer registry, or run a short script in the run's sandbox
+(network none, a time limit, its seconds counted against the compute budget), so they never see the hidden test
+set. Every file is read through `sandbox.untrusted` (no link followed, no FIFO opened, a size cap), and the run's
+secrets are blanked from every result before the model reads it. A tool that fails returns its error as text: the
+model reads it, the run goes on.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from sandbox import untrusted
 from tasks.atomic import atomic_write_text
 from tasks.plugins import Registry
 
@@ -47,6 +51,7 @@ class ToolEnv:
 
     workspace: Path
     trials: list[TrialRecord] = field(default_factory=list)
+    trials_dir: Path | None = None  # the host's trial records; beside the workspace (RunPaths) when None
     paths: RunPaths | None = None
     sandbox: Sandbox | None = None
     budget: Budget | None = None
@@ -56,6 +61,7 @@ class ToolEnv:
     script_memory_mb: int = 2048
     scripts_run: int = 0
     scripts_off: str | None = None  # why run_script is not offered (e.g. the approval policy gates code)
+    secrets: tuple[str, ...] = ()  # blanked from every result (the grader's token), whatever a file held
 
     @classmethod
     def from_run(cls, run: Any, trial_id: str, trials: list[TrialRecord]) -> ToolEnv:
@@ -63,6 +69,7 @@ class ToolEnv:
         return cls(
             workspace=run.paths.workspace,
             trials=trials,
+            trials_dir=run.paths.trials_dir,
             paths=run.paths,
             sandbox=run.sandbox,
             budget=run.budget,
@@ -71,6 +78,7 @@ class ToolEnv:
             script_timeout_s=run.config.llm_script_timeout,
             script_memory_mb=min(run.config.trial_memory_mb, 4096),
             scripts_off=_scripts_off(run.config.approval),
+            secrets=_run_secrets(run),
         )
 
     def tool_names(self) -> list[str]:
@@ -82,10 +90,34 @@ class ToolEnv:
     def data_file(self, split: str) -> Path:
         return self.workspace / "data" / f"{split}.jsonl"
 
+    @property
+    def records(self) -> Path:
+        """Where the host keeps its records of trials."""
+        return self.trials_dir or self.workspace.parent / "trials"
+
     def trial_dir(self, trial_id: str) -> Path:
         if not _TRIAL_ID.match(trial_id) or trial_id.startswith("."):
             raise ToolFailure(f"{trial_id!r} is not a trial id; use one of: {self.trial_ids()}")
-        return self.workspace / "trials" / trial_id
+        return self.records / trial_id
+
+    def record_dir(self, trial_id: str) -> Path:
+        """The host's record folder of `trial_id`, made if missing (refused if a link stands in its way)."""
+        return untrusted.host_dir(self.trial_dir(trial_id), anchor=self.records.parent)
+
+    def read(self, trial_id: str, name: str, *, max_bytes: int = untrusted.MAX_TEXT_BYTES) -> str:
+        """A file of a trial's record, read without following links; ToolFailure when it is not there."""
+        try:
+            return untrusted.read_text(self.records, f"{trial_id}/{name}", max_bytes=max_bytes)
+        except FileNotFoundError:
+            raise ToolFailure(f"trial {trial_id} has no {name}; trials: {self.trial_ids()}") from None
+        except OSError as exc:
+            raise ToolFailure(f"trial {trial_id}'s {name} cannot be read: {exc}") from None
+
+    def redact(self, text: str) -> str:
+        for secret in self.secrets:
+            if secret:
+                text = text.replace(secret, "[redacted]")
+        return text
 
     def trial_ids(self) -> str:
         return ", ".join(t.trial_id for t in self.trials) or "none yet"
@@ -143,10 +175,12 @@ def _one_line(text: str, limit: int = 160) -> str:
 
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    if not path.is_file():
-        raise ToolFailure(f"{path.name} does not exist in the workspace")
+    try:
+        text = untrusted.read_text(path.parent, path.name, max_bytes=256 * 1024 * 1024)
+    except FileNotFoundError:
+        raise ToolFailure(f"{path.name} does not exist in the workspace") from None
     rows = []
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for line in text.splitlines():
         if line.strip():
             rows.append(json.loads(line))
     return rows
@@ -247,13 +281,18 @@ def failure_clusters(samples: Iterable[dict[str, Any]]) -> list[tuple[str, int, 
 
 
 def _validation_results(env: ToolEnv, args: ValidationArgs) -> ToolOutput:
-    path = env.trial_dir(args.trial_id) / "validation.json"
-    if not path.is_file():
+    env.trial_dir(args.trial_id)  # a trial id, or ToolFailure
+    if not untrusted.is_file(env.records, f"{args.trial_id}/validation.json"):
         raise ToolFailure(
-            f"trial {args.trial_id} has no validation results (no {path.relative_to(env.workspace)}); "
+            f"trial {args.trial_id} has no validation results (no trials/{args.trial_id}/validation.json); "
             f"trials: {env.trial_ids()}"
         )
-    data = json.loads(path.read_text(encoding="utf-8"))
+    from agent.validation import Validation
+
+    try:  # the host's own file, read back only in its own shape
+        data = Validation.model_validate_json(env.read(args.trial_id, "validation.json")).model_dump()
+    except ValueError:
+        raise ToolFailure(f"trial {args.trial_id}'s validation.json is not a validation record") from None
     samples = list(data.get("samples") or [])
     wrong = [s for s in samples if not s.get("correct")]
     ci = (data.get("ci_low"), data.get("ci_high"))
@@ -284,15 +323,17 @@ class TrialLogArgs(TrialArgs):
 
 
 def _trial_log(env: ToolEnv, args: TrialLogArgs) -> ToolOutput:
-    folder = env.trial_dir(args.trial_id)
-    log = folder / "log.txt"
-    if not folder.is_dir() or not log.is_file():
-        raise ToolFailure(f"trial {args.trial_id} has no log yet; trials: {env.trial_ids()}")
-    tail = log.read_text(encoding="utf-8", errors="replace").splitlines()[-args.lines :]
+    env.trial_dir(args.trial_id)  # a trial id, or ToolFailure
+    try:  # the host's capture of the trial's output (never a file in the trial's own folder)
+        text = untrusted.tail_text(env.records, f"{args.trial_id}/log.txt", max_bytes=256 * 1024)
+    except FileNotFoundError:
+        raise ToolFailure(f"trial {args.trial_id} has no log yet; trials: {env.trial_ids()}") from None
+    except OSError as exc:
+        raise ToolFailure(f"trial {args.trial_id}'s log cannot be read: {exc}") from None
+    tail = text.splitlines()[-args.lines :]
     parts = [f"last {len(tail)} lines of trials/{args.trial_id}/log.txt:", *tail]
-    metrics = folder / "output" / "metrics.json"
-    if metrics.is_file():
-        parts += ["", "output/metrics.json:", metrics.read_text(encoding="utf-8")[:3000]]
+    if untrusted.is_file(env.records, f"{args.trial_id}/metrics.json"):  # the host's copy: numbers only
+        parts += ["", "train metrics:", env.read(args.trial_id, "metrics.json", max_bytes=64 * 1024)[:3000]]
     record = next((t for t in env.trials if t.trial_id == args.trial_id), None)
     if record is not None:
         score = "not scored" if record.score is None else f"{record.score:.4f}"
@@ -345,6 +386,13 @@ def _scripts_off(approval: str) -> str | None:
     return f"run_script is off under --approval {approval} (no one reviews its code)" if gated else None
 
 
+def _run_secrets(run: Any) -> tuple[str, ...]:
+    """What no tool result may carry: the grader's token (a trial never sees it; a result is blanked anyway)."""
+    grader = getattr(run, "_grader", None)
+    token = getattr(grader, "token", None)
+    return (token,) if isinstance(token, str) and token else ()
+
+
 def _run_script(env: ToolEnv, args: ScriptArgs) -> ToolOutput:
     if env.scripts_off:
         raise ToolFailure(env.scripts_off)
@@ -352,21 +400,24 @@ def _run_script(env: ToolEnv, args: ScriptArgs) -> ToolOutput:
         raise ToolFailure("run_script is not available here (no sandbox): reason from the other tools")
     if env.budget is not None and (reason := env.budget.exhausted()):
         raise ToolFailure(f"no compute left for scripts: {reason}")
-    from agent.trials import python_for, sandbox_request
+    from agent.trials import PreparedTrial, fresh_output, python_for, sandbox_request, trial_folders
+    from sandbox.base import maps_paths
 
     env.scripts_run += 1
     script_id = f"{env.trial_id}-script{env.scripts_run}"
-    script = atomic_write_text(env.paths.trial_dir(script_id) / "script.py", args.code)
+    folder = fresh_output(env.paths, script_id)  # the host's folder, and the script's one writable output
+    atomic_write_text(folder / "script.py", args.code)
+    base = env.base_model or env.workspace
+    host = trial_folders(env.paths, script_id, base, base)
+    seen = host.seen(maps_paths(env.sandbox))
     timeout = min(args.timeout_s, env.script_timeout_s)
     request = sandbox_request(
-        [python_for(env.sandbox), str(script)],
+        PreparedTrial([python_for(env.sandbox), str(seen.trial / "script.py")], host, seen),
         trial_id=script_id,
         paths=env.paths,
-        base_model=env.base_model or env.workspace,
         timeout_s=timeout,
         memory_mb=env.script_memory_mb,
         cpus=None,
-        model_path=env.base_model or env.workspace,
     )
     request.labels["rlloop.tool"] = "run_script"
     started = time.monotonic()
@@ -374,7 +425,10 @@ def _run_script(env: ToolEnv, args: ScriptArgs) -> ToolOutput:
     seconds = time.monotonic() - started
     if env.budget is not None:
         env.budget.record_compute(seconds)
-    log = request.log_path.read_text(encoding="utf-8", errors="replace") if request.log_path.is_file() else ""
+    try:
+        log = untrusted.tail_text(folder, "log.txt", max_bytes=4 * MAX_RESULT_CHARS)
+    except OSError:
+        log = ""
     status = "exit 0" if result.ok else result.reason()
     text = f"{status} after {seconds:.1f}s (limit {timeout:g}s, network none)\n--- output ---\n{_clip(log)}"
     return ToolOutput(text, f"{script_id}: {status}, {seconds:.1f}s")
@@ -415,8 +469,9 @@ for _tool in (
     ),
     Tool(
         "run_script",
-        "Run a short Python script in the run's sandbox (no network; cwd the workspace; DATA_PATH and MODEL_PATH "
-        "set) to check an idea cheaply; its seconds count against the compute budget.",
+        "Run a short Python script in the run's sandbox (no network; cwd /workspace, read-only; DATA_PATH and "
+        "MODEL_PATH set; write only under OUTPUT_DIR or /tmp) to check an idea cheaply; its seconds count "
+        "against the compute budget.",
         ScriptArgs,
         _run_script,
     ),
@@ -463,7 +518,7 @@ def call_tool(env: ToolEnv, call_id: str, name: str, arguments: str) -> ToolCall
         name=name,
         arguments=parsed,
         ok=ok,
-        summary=summary,
+        summary=env.redact(summary),
         seconds=round(time.monotonic() - started, 3),
-        result=text,
+        result=env.redact(text),
     )

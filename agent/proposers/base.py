@@ -78,7 +78,12 @@ class TrialRecord(BaseModel):
     error: str | None = None  # one line: what broke
     log_tail: str = ""
     duration_s: float = 0.0
-    checkpoint: str | None = None  # path of the trial's output checkpoint (workspace-relative)
+    checkpoint: str | None = (
+        None  # the trial's output checkpoint, relative to the run folder (trials/<id>/output)
+    )
+    # its digest (sandbox.untrusted.tree_digest) when the trial ended: checked before it is used as a parent or
+    # reported as the run's best, and against the one the grader took of what it scored
+    checkpoint_sha256: str | None = None
     grading: dict[str, Any] = Field(default_factory=dict)  # the grader's answer to this trial's submission
     approval: dict[str, Any] | None = None  # who decided, when, why (when the approval policy gated it)
     sandbox: dict[str, Any] = Field(default_factory=dict)  # backend and image digest the trial ran with

@@ -225,12 +225,10 @@ class LLMProposer:
             if problem:
                 errors.append(problem)
             errors += closed_field_problems(proposal.hyperparameters)
-        if context is not None and context.workspace:
+        if context is not None:  # paths as a trial sees them (sandbox.view); the trial's own check repeats it
             errors += proposal_problems(
                 proposal.hyperparameters,
                 config_class=None if proposal.train_py else catalog.recipes.get(proposal.recipe),
-                workspace=Path(context.workspace),
-                base_model=Path(context.base_model_path) if context.base_model_path else None,
                 check_closed=False,  # reported above (catalog.validate, or closed_field_problems for code)
             )
         if proposal.init_from is not None and context is not None:
@@ -359,7 +357,7 @@ class LLMProposer:
             return
         text = "".join(record.model_dump_json() + "\n" for record in self.tool_calls)
         try:
-            atomic_write_text(env.workspace / "trials" / env.trial_id / "proposal_tools.jsonl", text)
+            atomic_write_text(env.record_dir(env.trial_id) / "proposal_tools.jsonl", text)
         except OSError as exc:
             logger.warning("could not write the tool log of %s: %s", env.trial_id, exc)
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from agent.sweeps.worker import Outcome, WorkerPayload, outcome_path
+from sandbox import untrusted
 from tasks.lifetime import die_with_parent
 from tasks.plugins import Registry
 
@@ -57,7 +58,9 @@ def launch_worker(
         if live is not None:
             live.pop(proc.pid, None)
     try:
-        return Outcome.model_validate_json(target.read_text()).model_dump(mode="json")
+        # the worker's file, read back like any other: no link followed, no FIFO opened, a size cap
+        text = untrusted.read_text(target.parent, target.name, max_bytes=16 * 1024**2)
+        return Outcome.model_validate_json(text).model_dump(mode="json")
     except (OSError, ValueError):
         return Outcome(
             run_id=payload.run_id,

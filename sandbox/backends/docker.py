@@ -1,7 +1,7 @@
-"""Run each trial in its own Docker container, with the workspace as the only writable place.
+"""Run each trial in its own Docker container, with the request's workspace as the only writable place.
 
-Paths are the same inside as on the host (the workspace and every mount are bound at their host path), so configs
-written by the host work unchanged. The container has no network (or, with `network="grader"`, only the grading
+Every folder is bound at its target (`SandboxRequest.workspace_target`, `Mount.target`: /workspace, /model,
+/output...), so nothing inside names a host path; the rest is read-only. The container has no network (or, with `network="grader"`, only the grading
 server), no capabilities, no new privileges, a read-only root filesystem with a small tmpfs /tmp, a non-root user,
 memory without swap, a CPU share, a process cap and a per-file size cap; the workspace's growth is watched for
 `max_output_mb`. Output is read straight from the container (the engine keeps no log of its own, so a command that
@@ -80,6 +80,7 @@ class DockerSandbox:
 
     name = "docker"
     isolation = "container"
+    maps_paths = True  # every folder at its target (/workspace, /model, /output...): no host path inside
     python = "python"  # the image's interpreter
 
     def __init__(
@@ -113,7 +114,7 @@ class DockerSandbox:
             raise RuntimeError(f"image {self.image} not found: build it with `rlloop sandbox build`") from exc
         user = self._user_for(request.workspace)
         env = {
-            "HOME": str(request.workspace),
+            "HOME": "/tmp",  # a tmpfs of the container's own: caches never land in the checkpoint folder
             "LANG": "C.UTF-8",
             "PYTHONUNBUFFERED": "1",
             **request.env,
@@ -137,11 +138,11 @@ class DockerSandbox:
             # with detach=False; create never attaches, so nothing else changes): the watchdog's lifeline
             stdin_open=True,
             detach=False,
-            working_dir=str(request.workspace),
+            working_dir=str(request.cwd(True)),
             user=user,
             environment=env,
             labels=labels,
-            volumes=self._volumes(request),
+            mounts=self._volumes(request),
             tmpfs={"/tmp": f"rw,nosuid,nodev,size={self.tmpfs_mb}m,mode=1777"},
             read_only=True,
             cap_drop=["ALL"],
@@ -187,24 +188,27 @@ class DockerSandbox:
 
     # -- pieces --------------------------------------------------------------------------------------------
     def _user_for(self, workspace: Path) -> str:
-        """Run as the workspace's owner, never as root: a workspace the (root) host wrote to is handed to the image's
-        `rlloop` user before every trial, so files the host added since the last trial are the container's too."""
-        st = workspace.stat()
+        """Run as the workspace's owner, never as root: a writable folder the (root) host made is handed to the
+        image's `rlloop` user (the folder itself; what else the trial sees is read-only and world-readable)."""
+        st = workspace.lstat()
         if st.st_uid != 0 and os.geteuid() != 0:
             return f"{st.st_uid}:{st.st_gid}"
         hand_to_sandbox_user(workspace)
         return f"{SANDBOX_UID}:{SANDBOX_UID}"
 
     @staticmethod
-    def _volumes(request: SandboxRequest) -> dict[str, dict[str, str]]:
-        volumes = {str(request.workspace): {"bind": str(request.workspace), "mode": "rw"}}
-        volumes.update(live_code_mounts())
-        for mount in request.mounts:
-            volumes[str(mount.source)] = {
-                "bind": str(mount.target or mount.source),
-                "mode": "ro" if mount.read_only else "rw",
-            }
-        return volumes
+    def _volumes(request: SandboxRequest) -> list[Any]:
+        """Bind mounts, the workspace first and read-write, the rest read-only, in order (a mount inside the
+        workspace lies over it); one host folder may be seen at two targets (the base model as the start
+        checkpoint too). A missing source is refused, never created (`_check_paths`)."""
+        types = docker_sdk().types
+        binds = [(request.workspace, request.inside(True), False)]
+        binds += [(Path(src), Path(spec["bind"]), True) for src, spec in live_code_mounts().items()]
+        binds += [(m.source, m.target or m.source, True) for m in request.mounts]
+        return [
+            types.Mount(target=str(target), source=str(source), type="bind", read_only=ro)
+            for source, target, ro in binds
+        ]
 
     def _grader_network(self, grader_url: str) -> GraderNetwork:
         if not grader_url:

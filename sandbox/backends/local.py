@@ -1,15 +1,15 @@
 """Run a trial as a local process tree, isolated by namespaces where this machine can make them.
 
 Isolated (the default wherever bubblewrap works; see `sandbox.namespaces`): the trial has its own mount, PID,
-network, IPC and UTS namespaces, sees only the system and Python read-only, its workspace read-write, the request's
-mounts, a private /tmp and a loopback of its own (with `network="grader"`, a relay to the grading server and
+network, IPC and UTS namespaces, sees only the system and Python read-only, its workspace read-write and the
+request's mounts read-only, each at its target (/workspace, /model, /output...: no host path inside), a private /tmp and a loopback of its own (with `network="grader"`, a relay to the grading server and
 nothing else), runs as a non-root uid with no capabilities, cannot signal anything outside its own tree, and dies
 with the process that started it, even when that one is killed with SIGKILL.
 
 Unisolated (`isolate=False`, or no namespaces on this machine): NOT a security boundary. The command runs as this
 user and sees the host's files and network. A run that trains this way is marked `isolation=none` everywhere.
 
-Both ways: the command starts in its own session with only PATH, HOME=workspace, LANG, PYTHONUNBUFFERED=1 and
+Both ways: the command starts in its own session with only PATH, HOME (/tmp isolated, else the workspace), LANG, PYTHONUNBUFFERED=1 and
 `request.env` in its environment (no API keys from the parent); cwd is the workspace; memory, process count and
 CPU share are capped by a cgroup where one can be made (else RLIMIT_AS for memory, except for a GPU trial: CUDA
 reserves address space far beyond what it uses, so that trial gets no memory limit and its log says so); RLIMIT_CPU caps CPU-seconds,
@@ -47,16 +47,20 @@ GPU_WITHOUT_MEMORY_LIMIT = (
     "RLIMIT_AS, the fallback, caps address space, which CUDA reserves far beyond what it uses; run as root or "
     "with a delegated cgroup, or use --sandbox docker, to have it enforced"
 )
+GATE_DIR = Path("/run/rlloop-gate")  # where an isolated trial sees the socket folder of its way to the grader
 LABELS_ENV = (
     "RLLOOP_SANDBOX_LABELS"  # on the sandbox's outermost process: how cleanup() of another process finds it
 )
 
 
-def scrubbed_env(request: SandboxRequest, marker: tuple[str, str] | None = None) -> dict[str, str]:
+def scrubbed_env(
+    request: SandboxRequest, marker: tuple[str, str] | None = None, *, maps: bool = False
+) -> dict[str, str]:
     """The whole environment of the command: a minimal base, then `request.env` on top."""
     env = {
         "PATH": os.environ.get("PATH", DEFAULT_PATH),
-        "HOME": str(request.workspace),
+        # isolated: a private /tmp, so caches never land in the checkpoint folder; unisolated: the workspace
+        "HOME": "/tmp" if maps else str(request.workspace),
         "LANG": os.environ.get("LANG", "C.UTF-8"),
         "PYTHONUNBUFFERED": "1",
         "CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in request.gpus),
@@ -117,13 +121,15 @@ class LocalSandbox:
         if isolate and not probe.isolated:
             raise SandboxUnavailableError(f"the local sandbox cannot isolate trials here: {probe.reason}")
         self.bwrap = probe.bwrap if probe.isolated else None
+        self.maps_paths = (
+            self.bwrap is not None
+        )  # bubblewrap binds each folder at its target; unisolated cannot
         self.isolation = probe.level
         self.isolation_reason = probe.reason
         self._runs: dict[str, tuple[dict[str, str], Jail]] = {}
         self._lock = threading.Lock()
 
     def run(self, request: SandboxRequest) -> SandboxResult:
-        _check_mounts(request)
         return supervise.run_leased(request, self._run)
 
     def _run(self, request: SandboxRequest) -> SandboxResult:
@@ -141,14 +147,14 @@ class LocalSandbox:
             jail.enter()
             _set_limits(request, memory_by_rlimit)
 
-        env = scrubbed_env(request, jail.marker)
+        env = scrubbed_env(request, jail.marker, maps=self.maps_paths)
         gate: UnixRelay | None = None
         try:
             argv, gate = self._argv(request, env)
             env[LABELS_ENV] = _labels_value(request.labels)
             proc = subprocess.Popen(
                 argv,
-                cwd=request.workspace,
+                cwd=request.cwd(False),  # bubblewrap then enters the working directory as the trial sees it
                 env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
@@ -212,10 +218,12 @@ class LocalSandbox:
         gate = None
         if request.network == "grader":
             gate = _open_gate(request)
-            request = request.model_copy(update={"mounts": [*request.mounts, Mount(source=gate.path.parent)]})
+            seen = Mount(source=gate.path.parent, target=GATE_DIR)
+            request = request.model_copy(update={"mounts": [*request.mounts, seen]})
             host, port = _host_port(request.grader_url or "")
+            socket_inside = str(GATE_DIR / gate.path.name)
             inner, extra = (
-                [sys.executable, "-m", "sandbox.gate", str(gate.path), host, str(port), "--", *inner],
+                [sys.executable, "-m", "sandbox.gate", socket_inside, host, str(port), "--", *inner],
                 ("sandbox",),
             )
         argv = namespaces.bwrap_argv(
@@ -281,12 +289,3 @@ def _labelled_processes() -> dict[int, dict[str, str]]:
         if ppid is not None:
             found[pid] = (ppid, dict(p.split("=", 1) for p in raw.split(",") if "=" in p))
     return {pid: labels for pid, (ppid, labels) in found.items() if ppid not in found}
-
-
-def _check_mounts(request: SandboxRequest) -> None:
-    """Bubblewrap binds a host path at the same path only."""
-    for mount in request.mounts:
-        if mount.target is not None and Path(mount.target) != Path(mount.source):
-            raise ValueError(
-                f"local sandbox cannot remap {mount.source} to {mount.target}: use the same path or the docker backend"
-            )

@@ -75,6 +75,11 @@ class RaySandbox:
         self._lock = threading.Lock()
 
     @property
+    def maps_paths(self) -> bool:
+        """Whether trials see their folders at fixed targets: as the inner sandbox on the node does."""
+        return self.inner == "docker" or self.isolation == "namespaces"
+
+    @property
     def python(self) -> str:
         """The interpreter trials run with (see agent.trials.python_for)."""
         return sys.executable if self.inner == "local" else "python"
@@ -143,7 +148,9 @@ def _lost(request: SandboxRequest, exc: Exception, duration_s: float) -> RaySand
         request.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(request.log_path, "ab") as handle:
             handle.write(note.encode())
-        tail = request.log_path.read_bytes()[-4000:].decode(errors="replace")
+        with open(request.log_path, "rb") as handle:  # the host's own log (never in the trial's folder)
+            handle.seek(max(0, os.fstat(handle.fileno()).st_size - 4000))
+            tail = handle.read().decode(errors="replace")
     return RaySandboxResult(
         exit_code=None,
         log_path=request.log_path,

@@ -59,9 +59,7 @@ def test_workspace_holds_the_datasets_own_records_and_the_normalised_view(tmp_pa
     assert set(normalised[0]) == {"id", "prompt", "answer"} and len(normalised) == len(own)
     assert [str(r["answer"]).split("#### ")[-1] for r in own] == [r["answer"] for r in normalised]
     assert len(_lines(autorl.data_dir / "valid.jsonl")) == len(bench.load("valid"))
-    assert (autorl.workspace / "code").is_dir() and "run_meta.json" in (
-        autorl.workspace / "instructions.md"
-    ).read_text()
+    assert "run_meta.json" in (autorl.workspace / "instructions.md").read_text()
     assert "`question`, `answer`" in (autorl.workspace / "description.md").read_text()
 
     builtin = RunPaths(tmp_path / "home", "builtin")
@@ -124,19 +122,26 @@ def test_relay_speaks_autorl_bench(tmp_path: Path) -> None:
     """Relative model paths, run_meta.json and /time's budget fields, `error` on refusals, /health's fields."""
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Grader)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    workspace = tmp_path / "workspace"
+    workspace = tmp_path / "agent"  # the agent's folder on the host; it sees it at /workspace
     workspace.mkdir()
-    init_run_meta(workspace / "run_meta.json", 600)
+    meta_file = tmp_path / "agent-meta" / "run_meta.json"  # the host's file, read-only to the agent
+    init_run_meta(meta_file, 600)
     relay = TokenRelay(
-        f"http://127.0.0.1:{server.server_address[1]}", "t", adapter=AutoRLAdapter(workspace, "gsm8k")
+        f"http://127.0.0.1:{server.server_address[1]}",
+        "t",
+        adapter=AutoRLAdapter(workspace, "gsm8k", meta_file),
     )
     try:
         ok = httpx.post(f"{relay.url}/submit", json={"model_path": "output/v1"}, timeout=10)
         assert ok.status_code == 200 and _Grader.seen[-1] == str(workspace / "output" / "v1")
+        inside = httpx.post(
+            f"{relay.url}/submit", json={"model_path": "/workspace/output/v1/../v2"}, timeout=10
+        )
+        assert inside.status_code == 200 and _Grader.seen[-1] == str(workspace / "output" / "v2")
         body = ok.json()
         assert body["submission_id"] == 1 and body["score"] == 0.25 and body["model_path"] == "output/v1"
         assert isinstance(body["timestamp"], str)
-        meta = read_run_meta(workspace / "run_meta.json")
+        meta = read_run_meta(meta_file)
         assert set(meta) == {"start_time", "timeout_s", "last_submit_time", "end_time"}
         assert meta["timeout_s"] == 600 and isinstance(meta["last_submit_time"], int)
         timing = httpx.get(f"{relay.url}/time", timeout=10).json()
@@ -147,7 +152,7 @@ def test_relay_speaks_autorl_bench(tmp_path: Path) -> None:
         refused = httpx.post(f"{relay.url}/submit", json={"model_path": "/x/bad"}, timeout=10)
         assert refused.status_code == 400 and refused.json()["error"] == "checkpoint has no weights"
         health = httpx.get(f"{relay.url}/health", timeout=10).json()
-        assert health["task"] == "gsm8k" and health["workspace"] == str(workspace)
+        assert health["task"] == "gsm8k" and health["workspace"] == "/workspace"  # never a host path
         assert health["available_gpus"] == []
         assert httpx.post(f"{relay.url}/set_baseline", json={"score": 1}, timeout=10).json()["error"]
     finally:
@@ -243,7 +248,7 @@ def test_autorl_bench_style_grpo_agent_trains_and_submits_in_docker(tiny_model_h
     manifest, console = _sweep(tiny_model_home, "autorl", AUTORL_AGENT, "gsm8k", "docker")
     (entry,) = manifest.entries.values()  # type: ignore[attr-defined]
     run_dir = tiny_model_home / "runs" / entry.run_id
-    log = (run_dir / "workspace" / "trials" / "agent" / "log.txt").read_text()
+    log = (run_dir / "trials" / "agent" / "log.txt").read_text()
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["agent_exit_code"] == 0 and summary["success"] is True and not entry.agent_error, log[
         -3000:
@@ -255,8 +260,8 @@ def test_autorl_bench_style_grpo_agent_trains_and_submits_in_docker(tiny_model_h
     assert grader["copy_model_count"] == 0  # GRPO changed the weights
     timing = json.loads(log.split("time: ", 1)[1].splitlines()[0])
     assert timing["timeout_s"] > 0 and timing["remaining"] is not None
-    assert (run_dir / "workspace" / "code" / "train.py").is_file()  # start.sh wrote its code under ./code
-    assert read_run_meta(run_dir / "workspace" / "run_meta.json")["end_time"] is not None
+    assert (run_dir / "agent" / "code" / "train.py").is_file()  # start.sh wrote its code under ./code
+    assert read_run_meta(run_dir / "agent-meta" / "run_meta.json")["end_time"] is not None
     print(f"autorl agent sweep: {time.monotonic() - started:.0f}s")  # noqa: T201 - the figure CI logs show
 
 

@@ -21,6 +21,7 @@ from agent.proposers.tree import TreeProposer
 from agent.reporting import Reporter
 from agent.status import read_state
 from agent.workspace import RunPaths
+from sandbox import untrusted
 from sandbox.base import SandboxRequest
 from sandbox.devices import plan_devices
 from tests.agent.test_resume import ARGS, _assert_nothing_left, _run, _submissions, _summary
@@ -112,14 +113,20 @@ def test_finished_outcome_is_read_back_only_when_complete(tmp_path: Path) -> Non
     paths = RunPaths(tmp_path, "r")
     record = TrialRecord(trial_id="t01", index=1, proposal=Proposal(hypothesis="h", recipe="sft"))
     assert finished(paths, record) is None  # nothing on disk: it trains
-    checkpoint = paths.trial_dir("t01") / "output"
+    checkpoint = paths.trial_output("t01")
     done = record.model_copy(
-        update={"status": "succeeded", "checkpoint": str(checkpoint.relative_to(paths.workspace))}
+        update={"status": "succeeded", "checkpoint": str(checkpoint.relative_to(paths.run_dir))}
     )
     atomic_write_json(outcome_file(paths, "t01"), done.model_dump(mode="json"))
     assert finished(paths, record) is None  # its checkpoint is gone: train again
     checkpoint.mkdir(parents=True)
+    (checkpoint / "model.safetensors").write_bytes(b"weights")
+    done.checkpoint_sha256 = untrusted.tree_digest(checkpoint)  # sealed when the trial ended
+    atomic_write_json(outcome_file(paths, "t01"), done.model_dump(mode="json"))
     assert finished(paths, record) == done
+    (checkpoint / "model.safetensors").write_bytes(b"changed")
+    assert finished(paths, record) is None  # changed since it was sealed: never used, trained again
+    (checkpoint / "model.safetensors").write_bytes(b"weights")
     other = record.model_copy(update={"proposal": Proposal(hypothesis="h", recipe="grpo")})
     assert finished(paths, other) is None  # another proposal under the same id: not this trial's outcome
 

@@ -121,7 +121,7 @@ def _in_sandbox(model: Path, workspace: Path) -> tuple[bool, str]:
         SandboxRequest(
             command=[sandbox.python, "-c", LOAD],
             workspace=workspace,
-            log_path=workspace / "log.txt",
+            log_path=workspace.parent / "log.txt",
             timeout_s=120,
             env={"MODEL_PATH": str(model), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"},
             mounts=[Mount(source=model, read_only=True)],  # as a trial mounts its base model

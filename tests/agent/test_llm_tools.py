@@ -63,7 +63,9 @@ def run_dir(tmp_path: Path) -> RunPaths:
     t01 = paths.trial_dir("t01")
     (t01 / "output").mkdir(parents=True)
     (t01 / "log.txt").write_text("".join(f"step {i} loss {1 / (i + 1):.3f}\n" for i in range(100)))
-    (t01 / "output" / "metrics.json").write_text(json.dumps({"train_loss": 0.31}))
+    (t01 / "metrics.json").write_text(
+        json.dumps({"train_loss": 0.31})
+    )  # the host's copy (agent.trials.outcome)
     (t01 / "validation.json").write_text(json.dumps(VALIDATION))  # the layout agent.validation writes
     return paths
 

@@ -110,8 +110,7 @@ def _service(tmp_path: Path, base: Path) -> GraderService:
 
 
 def _submit(service: GraderService, folder: Path) -> dict[str, object]:
-    resolved, digest = service.validate(str(folder))
-    sub, future = service.accept(resolved, digest)
+    sub, future = service.accept(service.validate(str(folder)))
     assert future is not None
     return service.submit_response(future.result(timeout=300))
 

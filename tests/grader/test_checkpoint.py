@@ -19,7 +19,8 @@ from grader.checkpoint import (
     inspect_checkpoint,
     load_checkpoint,
     load_model,
-    resolve_submission,
+    locate_submission,
+    snapshot_submission,
     weights_fingerprint,
 )
 from grader.config import CheckpointLimits
@@ -43,21 +44,41 @@ def _edit_json(path: Path, **changes: object) -> None:
     path.write_text(json.dumps(data))
 
 
-def test_resolve_submission_roots_and_symlinks(tmp_path: Path) -> None:
+def test_a_submission_must_lie_in_a_root_and_is_copied_without_following_links(
+    tiny_base: Path, tmp_path: Path
+) -> None:
     root = tmp_path / "ws"
-    (root / "ckpt").mkdir(parents=True)
+    _copy(tiny_base, root / "ckpt")
     (tmp_path / "outside").mkdir()
+    (tmp_path / "outside" / "test.jsonl").write_text("hidden")
     os.symlink(tmp_path / "outside", root / "link")
-    assert resolve_submission(str(root / "ckpt"), [root]) == (root / "ckpt").resolve()
+    assert locate_submission(str(root / "ckpt"), [root]) == (root, "ckpt")
+    assert locate_submission(str(root / "x" / ".." / "ckpt"), [root]) == (root, "ckpt")
     for bad, reason in [
         ("", "empty"),
         ("ws/ckpt", "absolute"),
-        (str(root / "nope"), "does not exist"),
-        (str(root / "link"), "outside"),
         (str(root / ".." / "outside"), "outside"),
+        (str(tmp_path / "outside"), "outside"),
     ]:
         with pytest.raises(CheckpointError, match=reason):
-            resolve_submission(bad, [root])
+            locate_submission(bad, [root])
+    digest = snapshot_submission(root, "ckpt", tmp_path / "copy", LIMITS)
+    assert sorted(p.name for p in (tmp_path / "copy").iterdir()) == sorted(
+        p.name for p in tiny_base.iterdir()
+    )
+    assert len(digest) == 64
+    with pytest.raises(CheckpointError, match="does not exist"):
+        snapshot_submission(root, "nope", tmp_path / "copy2", LIMITS)
+    with pytest.raises(
+        CheckpointError, match="not followed|symlink"
+    ):  # the link itself, or a folder behind it
+        snapshot_submission(root, "link", tmp_path / "copy3", LIMITS)
+    (root / "ckpt" / "tokenizer.json").unlink()
+    (root / "ckpt" / "tokenizer.json").symlink_to(tmp_path / "outside" / "test.jsonl")
+    with pytest.raises(CheckpointError, match="symlink") as refused:
+        snapshot_submission(root, "ckpt", tmp_path / "copy4", LIMITS)
+    assert str(tmp_path) not in str(refused.value)  # the host's folders are not named to the submitter
+    assert not (tmp_path / "copy4").exists()
 
 
 def test_inspect_refusals(tiny_base: Path, base_ref: BaseModelReference, tmp_path: Path) -> None:

@@ -78,7 +78,7 @@ def test_a_sandboxed_trial_waits_for_the_gpu_outside_its_time_limit(
     request = SandboxRequest(
         command=["sh", "-c", "date +%s.%N"],
         workspace=workspace,
-        log_path=workspace / "log.txt",
+        log_path=workspace.parent / "log.txt",
         gpus=[77],
         timeout_s=2,  # shorter than the 3 s wait: waiting for the device does not count against the trial
         labels={"rlloop.trial": "t01", "rlloop.run": "r"},
@@ -157,7 +157,7 @@ def test_a_gpu_trial_gets_its_devices_and_no_address_space_limit_and_its_log_say
     request = SandboxRequest(
         command=["sh", "-c", 'echo "visible=$CUDA_VISIBLE_DEVICES order=$CUDA_DEVICE_ORDER as=$(ulimit -v)"'],
         workspace=workspace,
-        log_path=workspace / "log.txt",
+        log_path=workspace.parent / "log.txt",
         memory_mb=512,
         gpus=gpus,
     )

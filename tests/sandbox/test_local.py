@@ -27,14 +27,14 @@ CONTAINMENT = [
 
 
 def request(workspace: Path, command: list[str], **kw: object) -> SandboxRequest:
-    return SandboxRequest(command=command, workspace=workspace, log_path=workspace / "log.txt", **kw)  # type: ignore[arg-type]
+    return SandboxRequest(command=command, workspace=workspace, log_path=workspace.parent / "log.txt", **kw)  # type: ignore[arg-type]
 
 
 def test_exit_code_cwd_and_log(workspace: Path) -> None:
     result = LocalSandbox().run(request(workspace, ["sh", "-c", "pwd; echo to-stderr >&2; exit 7"]))
     assert result.exit_code == 7 and not result.ok
     assert result.reason() == "exited with code 7"
-    log = (workspace / "log.txt").read_text()
+    log = (workspace.parent / "log.txt").read_text()
     assert str(workspace) in log and "to-stderr" in log
     assert result.log_tail.splitlines()[-1] == "to-stderr"
     assert LocalSandbox().run(request(workspace, ["true"])).ok
@@ -57,7 +57,7 @@ def test_log_is_streamed_while_running(workspace: Path) -> None:
 
     def watch() -> None:
         for _ in range(200):
-            log = workspace / "log.txt"
+            log = workspace.parent / "log.txt"
             if log.exists() and "first" in log.read_text():
                 seen.append("first")
                 reaper.kill_all()
@@ -74,9 +74,12 @@ def test_log_is_streamed_while_running(workspace: Path) -> None:
 
 def test_env_is_scrubbed(workspace: Path, secret_env: str) -> None:
     result = LocalSandbox().run(request(workspace, ["env"], env={"EXTRA": "1"}))
-    env = dict(line.split("=", 1) for line in (workspace / "log.txt").read_text().splitlines() if "=" in line)
-    assert secret_env not in (workspace / "log.txt").read_text()
-    assert env["HOME"] == str(workspace) and env["PYTHONUNBUFFERED"] == "1" and env["EXTRA"] == "1"
+    env = dict(
+        line.split("=", 1) for line in (workspace.parent / "log.txt").read_text().splitlines() if "=" in line
+    )
+    assert secret_env not in (workspace.parent / "log.txt").read_text()
+    home = "/tmp" if LocalSandbox().maps_paths else str(workspace)  # isolated: a private /tmp, not the output
+    assert env["HOME"] == home and env["PYTHONUNBUFFERED"] == "1" and env["EXTRA"] == "1"
     assert set(env) <= {
         "PATH",
         "HOME",
@@ -131,7 +134,7 @@ def test_memory_limit(workspace: Path, use_cgroup: bool) -> None:
 def test_log_cap_keeps_file_small_and_marks_it(workspace: Path) -> None:
     spew = "import sys\nfor _ in range(2000): sys.stdout.write('x' * 1000 + '\\n')\nprint('THE-END')"
     result = LocalSandbox().run(request(workspace, [PY, "-c", spew], max_log_bytes=10_000))
-    log = (workspace / "log.txt").read_bytes()
+    log = (workspace.parent / "log.txt").read_bytes()
     assert result.ok
     assert len(log) < 11_000
     assert b"log truncated at 10000 bytes" in log
@@ -201,7 +204,7 @@ reaper.install_signal_handlers()
 ws = Path(sys.argv[1])
 LocalSandbox(grace_s=0.5).run(
     SandboxRequest(
-        command=[sys.executable, "-c", sys.argv[2], "300", sys.argv[3]], workspace=ws, log_path=ws / "log.txt"
+        command=[sys.executable, "-c", sys.argv[2], "300", sys.argv[3]], workspace=ws, log_path=ws.parent / "log.txt"
     )
 )
 """
@@ -239,7 +242,7 @@ LocalSandbox(isolate=sys.argv[4] == "isolated").run(
     SandboxRequest(
         command=[sys.executable, "-c", sys.argv[2], "300", sys.argv[3]],
         workspace=ws,
-        log_path=ws / "log.txt",
+        log_path=ws.parent / "log.txt",
         labels={"rlloop.run": sys.argv[3], "rlloop.trial": "t01"},
     )
 )

@@ -42,7 +42,7 @@ def _request(workspace: Path, code: str, token: str = "-") -> SandboxRequest:
     return SandboxRequest(
         command=[sys.executable, "-c", code, token],
         workspace=workspace,
-        log_path=workspace / "log.txt",
+        log_path=workspace.parent / "log.txt",
         timeout_s=120,
         memory_mb=512,
         cpus=1,
@@ -60,7 +60,7 @@ def test_registered_and_runs_a_trial_as_a_task(local_ray: None, workspace: Path)
     )
     assert result.ok, result.log_tail
     assert result.backend == "ray/local"
-    assert "hello from" in (workspace / "log.txt").read_text()
+    assert "hello from" in (workspace.parent / "log.txt").read_text()
 
 
 def _parent(pid: int) -> int:
@@ -100,7 +100,7 @@ def test_worker_killed_mid_trial_is_a_failed_trial_with_nothing_left(
     result = _run_killing_the_worker(workspace, token, max_retries=0)
     assert not result.ok and getattr(result, "worker_lost", False)
     assert "Ray worker" in result.reason()
-    assert "died" in (workspace / "log.txt").read_text()
+    assert "died" in (workspace.parent / "log.txt").read_text()
     deadline = time.monotonic() + 15
     while running_with(token) and time.monotonic() < deadline:
         time.sleep(0.2)
@@ -112,4 +112,4 @@ def test_worker_killed_mid_trial_is_retried_when_configured(
 ) -> None:
     result = _run_killing_the_worker(workspace, token, max_retries=1)
     assert result.ok, result.log_tail
-    assert "second attempt done" in (workspace / "log.txt").read_text()
+    assert "second attempt done" in (workspace.parent / "log.txt").read_text()

@@ -14,7 +14,7 @@ from sandbox.logstream import CappedLog
 
 
 def request(workspace: Path, **kw: object) -> SandboxRequest:
-    return SandboxRequest(command=["true"], workspace=workspace, log_path=workspace / "log.txt", **kw)  # type: ignore[arg-type]
+    return SandboxRequest(command=["true"], workspace=workspace, log_path=workspace.parent / "log.txt", **kw)  # type: ignore[arg-type]
 
 
 def supervisor(req: SandboxRequest, poll_s: float = 0.05) -> supervise.Supervisor:

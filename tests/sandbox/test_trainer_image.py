@@ -24,11 +24,19 @@ def sandbox() -> DockerSandbox:
     return DockerSandbox(image=TRAINER_IMAGE)
 
 
+def _ws(tmp_path: Path) -> Path:
+    (tmp_path / "ws").mkdir(exist_ok=True)
+    return tmp_path / "ws"
+
+
 def test_training_stack_imports_inside(sandbox: DockerSandbox, tmp_path: Path) -> None:
     code = "import torch, transformers, trl, peft, datasets, trainers, tasks; print('IMPORTS', torch.__version__)"
     result = sandbox.run(
         SandboxRequest(
-            command=["python", "-c", code], workspace=tmp_path, log_path=tmp_path / "log.txt", timeout_s=300
+            command=["python", "-c", code],
+            workspace=_ws(tmp_path),
+            log_path=tmp_path / "log.txt",
+            timeout_s=300,
         )
     )
     assert result.ok, result.log_tail
@@ -43,7 +51,7 @@ def test_trainers_list_runs_inside(sandbox: DockerSandbox, tmp_path: Path) -> No
     result = sandbox.run(
         SandboxRequest(
             command=["python", "-m", "trainers", "--list"],
-            workspace=tmp_path,
+            workspace=_ws(tmp_path),
             log_path=tmp_path / "log.txt",
             timeout_s=300,
         )

@@ -47,18 +47,23 @@ register_recipe(Recipe("echo_loud", "Shout a message.", EchoConfig, lambda c: _w
 IN_TRIAL = """
 import json, sys
 from pathlib import Path
-from agent.trials import sandbox_request
+from agent.trials import PreparedTrial, fresh_output, sandbox_request, trial_folders
 from agent.workspace import RunPaths
 from sandbox.backends.local import LocalSandbox
 
-home, config = Path(sys.argv[1]), Path(sys.argv[2])
+home = Path(sys.argv[1])
 paths = RunPaths(home=home, run_id="plugin")
-command = [sys.executable, "-m", "trainers", "echo", "--config", str(config)]
+sandbox = LocalSandbox()
+record = fresh_output(paths, "t01")
+host = trial_folders(paths, "t01", home / "base", home / "base")
+seen = host.seen(sandbox.maps_paths)
+config = {"model_path": str(seen.model), "train_file": "t.jsonl", "output_dir": str(seen.output), "message": sys.argv[2]}
+(record / "config.json").write_text(json.dumps(config))
+command = [sys.executable, "-m", "trainers", "echo", "--config", str(seen.trial / "config.json")]
 request = sandbox_request(
-    command, trial_id="t01", paths=paths, base_model=home / "base", timeout_s=120, memory_mb=4096, cpus=None,
-    model_path=home / "base",
+    PreparedTrial(command, host, seen), trial_id="t01", paths=paths, timeout_s=120, memory_mb=4096, cpus=None
 )
-result = LocalSandbox().run(request)
+result = sandbox.run(request)
 print(json.dumps({"exit_code": result.exit_code, "log": result.log_tail, "isolation": LocalSandbox().isolation,
                   "pythonpath": request.env.get("PYTHONPATH"), "mounts": [str(m.source) for m in request.mounts]}))
 """
@@ -145,11 +150,10 @@ def test_entry_point_plugin_reaches_a_local_sandbox_trial(tmp_path: Path, plugin
     the plugin's package and metadata and puts their folder on the trial's PYTHONPATH."""
     home = tmp_path / "home"
     (home / "base").mkdir(parents=True)
-    workspace = home / "runs" / "plugin" / "workspace"
-    workspace.mkdir(parents=True)
-    config = _config(workspace / "echo.json", workspace / "trials" / "t01" / "output", "from a trial")
+    run = home / "runs" / "plugin"
+    (run / "workspace").mkdir(parents=True)
     proc = subprocess.run(
-        [sys.executable, "-c", IN_TRIAL, str(home), str(config)],
+        [sys.executable, "-c", IN_TRIAL, str(home), "from a trial"],
         env=_env(plugin_dir),
         cwd=REPO,
         capture_output=True,
@@ -159,6 +163,6 @@ def test_entry_point_plugin_reaches_a_local_sandbox_trial(tmp_path: Path, plugin
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     assert report["exit_code"] == 0, report["log"]
-    assert (workspace / "trials" / "t01" / "output" / "echo.txt").read_text() == "from a trial"
+    assert (run / "trials" / "t01" / "output" / "echo.txt").read_text() == "from a trial"
     assert report["pythonpath"] == str(plugin_dir.resolve())
     assert str((plugin_dir / "rlloop_echo").resolve()) in report["mounts"]
