@@ -86,13 +86,10 @@ sandbox-image: $(VENV)/.installed
 gpu-check:
 	$(PYTHON) benchmarks/gpu_check.py $(GPU_CHECK_ARGS)
 
-## test: the whole suite, Docker tests included (the engine, the trainer and agent images are set up first)
-test: $(VENV)/.installed-dev $(VENV)/.installed-verl
-	bash .ci/docker.sh
-	bash .ci/chromium.sh
-	$(BIN)/rlloop sandbox build --agent
-	RLLOOP_VERL_SITE=$(VERL_SITE) $(BIN)/python -m pytest -q -p no:cacheprovider --timeout=1800 --durations=25
-	$(MAKE) test-vllm
+## test: the whole suite, Docker tests included (the engine, Chromium and vLLM's venv set up beside rlloop's venv,
+## then the trainer and agent images; .ci/test.sh, logs in .test-logs/)
+test:
+	MAKE="$(MAKE)" VENV="$(VENV)" VLLM_VENV="$(VLLM_VENV)" bash .ci/test.sh
 
 lint:
 	$(BIN)/ruff check agent sandbox grader tasks trainers tests benchmarks

@@ -222,6 +222,9 @@ def runs(home: Annotated[Path | None, typer.Option()] = None) -> None:
             str(r.trials),
         )
     console.print(table)
+    for r in rows:
+        if r.error:
+            console.print(f"{r.run_id} failed: {r.error}")
 
 
 @app.command()

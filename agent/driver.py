@@ -3,6 +3,7 @@ it cleanly on Ctrl-C or SIGTERM, leaving it resumable. The nodes themselves are 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
 from pathlib import Path
@@ -14,7 +15,7 @@ from langgraph.types import Command
 
 from agent import approvals
 from agent.config import RunConfig
-from agent.finish import interrupted_before_start, print_summary
+from agent.finish import ended_early, error_line, interrupted_before_start, print_summary
 from agent.graph import LoopState, build_graph
 from agent.interrupts import RunInterrupted, interrupts_as_exceptions
 from agent.leftovers import end_leftovers
@@ -83,10 +84,15 @@ def execute(
             values = _drive(research, resume=bool(resume_run_id))
     except (RunInterrupted, KeyboardInterrupt) as exc:
         return _stop(research, config, paths, reporter, str(exc) or "SIGINT")
-    except BaseException:
+    except BaseException as exc:
         if research is not None:
             research.sandbox.cleanup({"rlloop.run": paths.run_id})
             research.close()
+        if isinstance(exc, Exception):  # died on an error: failed, with it, wherever runs are listed
+            reason = error_line(exc)
+            reporter.error(f"the run failed: {reason}")
+            with contextlib.suppress(Exception):  # the error itself is what the caller must see
+                ended_early(config, paths, status="failed", reason=reason)
         reporter.close()
         raise
     research.close()

@@ -209,8 +209,8 @@ def agent_request(
 ) -> SandboxRequest:
     """The sandbox request that runs the whole agent: AutoRL-Bench's variables, its own folder the one writable
     place (at /workspace), everything else it reads mounted read-only at fixed paths."""
-    prepare_agent_dir(paths)
     models = INSIDE / "models" / model_name(config.base_model)
+    prepare_agent_dir(paths, str(models.relative_to(INSIDE)))
     env = {
         **TRAIN_ENV,
         **spec.env_vars,
@@ -254,14 +254,17 @@ def model_name(name: str) -> str:
     return Path(name).name if Path(name).is_absolute() else name
 
 
-def prepare_agent_dir(paths: RunPaths) -> None:
+def prepare_agent_dir(paths: RunPaths, model_rel: str) -> None:
     """The agent's folder (made by the host, handed to the sandbox user) with AutoRL-Bench's `code/` and
     `output/`, and `run_meta.json` as a link to the host's read-only copy. Names the agent already took (a
     resumed run) are left as they are: nothing here follows, overwrites or walks what the agent made."""
     untrusted.host_dir(paths.agent_meta_dir, anchor=paths.run_dir)
     folder = untrusted.host_dir(paths.agent_dir, anchor=paths.run_dir)
     hand_to_sandbox_user(folder)
-    for name in ("code", "output"):
+    # code/ and output/ for the agent; the folders the base model is mounted under (models/, models/<org>/), made
+    # here so the agent can traverse them (a mount point's missing parents would be root's, 0700)
+    made = ["code", "output", *(str(p) for p in reversed(Path(model_rel).parents) if str(p) != ".")]
+    for name in made:
         with contextlib.suppress(FileExistsError):
             (folder / name).mkdir(mode=0o755)
             hand_to_sandbox_user(folder / name)

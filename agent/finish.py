@@ -21,6 +21,7 @@ from agent.reporting import Reporter, flagged_report, plot_scores
 from agent.results import ResultRow, append_result_row
 from agent.tracking import Tracker
 from agent.workspace import RunPaths
+from sandbox import untrusted
 from tasks.atomic import atomic_write_json
 
 FINISH_RESERVE_S = 20.0  # seconds of a run's time budget kept back for the final grading and bookkeeping
@@ -108,6 +109,28 @@ def close_tracking(
     tracker.finish(parent, row.success)
 
 
+def best_checkpoint(
+    paths: RunPaths, trials: Sequence[Mapping[str, Any]], best_trial_id: str | None, final: Mapping[str, Any]
+) -> dict[str, Any] | None:
+    """Where the run's best checkpoint is, checked against the digest of the files the grader scored
+    (`best_files_sha256`): `verified` is False, and the reason given, when the folder is not what was graded."""
+    trial = next((t for t in trials if t.get("trial_id") == best_trial_id and t.get("checkpoint")), None)
+    if trial is None:
+        return None
+    graded = final.get("best_files_sha256") or (trial.get("grading") or {}).get("files_sha256")
+    found: dict[str, Any] = {"trial_id": best_trial_id, "path": str(paths.checkpoint(trial["checkpoint"]))}
+    try:
+        found["sha256"] = untrusted.tree_digest(paths.run_dir, trial["checkpoint"])
+    except OSError as exc:
+        return {**found, "verified": False, "problem": f"cannot be read safely: {exc}"}
+    found["verified"] = graded is not None and found["sha256"] == graded
+    if not found["verified"]:
+        found["problem"] = (
+            "no digest from the grader" if graded is None else "differs from what the grader scored"
+        )
+    return found
+
+
 def submission_summary(trials: Sequence[Mapping[str, Any]], policy: str) -> dict[str, Any]:
     """summary.json's account of the submission policy: trials trained, how many went to the grader, and why each
     checkpoint that was kept back was kept back."""
@@ -126,6 +149,18 @@ def submission_summary(trials: Sequence[Mapping[str, Any]], policy: str) -> dict
 
 def interrupted_before_start(config: RunConfig, paths: RunPaths, reason: str) -> dict[str, Any]:
     """Interrupted before the loop began (building the model, starting up): still one results row."""
+    return ended_early(config, paths, status="interrupted", reason=reason)
+
+
+def error_line(exc: BaseException) -> str:
+    """What broke, in one line: the exception's type and the first line of its message."""
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}"[:500] if text else type(exc).__name__
+
+
+def ended_early(config: RunConfig, paths: RunPaths, *, status: str, reason: str) -> dict[str, Any]:
+    """A run that ended before its loop's finish (interrupted before it began, or failed on an error): its results
+    row (success false, the reason as `error`) and summary.json, so every run that stopped says how."""
     row = ResultRow(
         run_id=paths.run_id,
         task=config.benchmark,
@@ -136,7 +171,7 @@ def interrupted_before_start(config: RunConfig, paths: RunPaths, reason: str) ->
         workspace=str(paths.workspace),
         error=reason,
     )
-    summary, _ = write_ending(paths, row, status="interrupted", reason=reason)
+    summary, _ = write_ending(paths, row, status=status, reason=reason, extra={"error": reason})
     return summary
 
 
@@ -203,6 +238,11 @@ def print_summary(reporter: Reporter, values: Mapping[str, Any], summary: Mappin
         reporter.info(
             f"on the private half of the test set (never used to choose): best {private:.3f} vs baseline "
             f"{private_base:.3f}, {100 * (private - private_base):+.1f} points"
+        )
+    found = summary.get("best_checkpoint") or {}
+    if found.get("verified"):
+        reporter.info(
+            f"best checkpoint: {found['path']} (the files the grader scored, sha256 {found['sha256'][:12]})"
         )
     reporter.info(
         f"results: {summary.get('workspace', '')} | plot: score_over_submissions.png | `rlloop ui` for MLflow"

@@ -19,6 +19,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, ValidationError
 
 from agent.proposers.base import TrialRecord
+from tasks import once
 from tasks.atomic import atomic_write_text
 
 log = logging.getLogger(__name__)
@@ -110,13 +111,15 @@ def remember_run(
     trials: list[TrialRecord],
     baseline: float | None,
 ) -> Path:
-    """Add a finished run's lessons (replacing its own from an earlier attempt at the same run) and write the file."""
-    memory = load(home, benchmark, base_model)
-    new = [lesson for t in trials if (lesson := lesson_of(run_id, t, baseline)) is not None]
-    kept = [lesson for lesson in memory.lessons if lesson.run_id != run_id]
-    memory.lessons = (kept + new)[-MAX_LESSONS:]
+    """Add a finished run's lessons (replacing its own from an earlier attempt at the same run) and write the file.
+    Read, changed and written under the file's lock, so runs finishing at once each keep their lessons."""
     path = memory_file(home, benchmark, base_model)
-    atomic_write_text(path, memory.model_dump_json(indent=1))
+    with once.exclusive(once.lock_file(home, f"memory-{path.stem}")):
+        memory = load(home, benchmark, base_model)
+        new = [lesson for t in trials if (lesson := lesson_of(run_id, t, baseline)) is not None]
+        kept = [lesson for lesson in memory.lessons if lesson.run_id != run_id]
+        memory.lessons = (kept + new)[-MAX_LESSONS:]
+        atomic_write_text(path, memory.model_dump_json(indent=1))
     return path
 
 

@@ -16,6 +16,8 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from tasks import once
+
 BUILTIN_MODELS: dict[str, str] = {
     "tiny-arith": "A 0.34M-parameter Llama with a character tokenizer, trained briefly on arith (weak baseline).",
     "tiny-chat": "A 1.5M-parameter Qwen2 with a byte-level BPE tokenizer and a ChatML chat template "
@@ -45,6 +47,12 @@ def _readable_by_sandboxes(path: Path) -> Path:
         if wanted != mode:
             item.chmod(wanted)
     return path
+
+
+def _build_announced(name: str, target: Path, on_build: Callable[[str], None] | None) -> None:
+    if on_build:
+        on_build(name)
+    build_builtin(name, target)
 
 
 def build_builtin(name: str, target: Path) -> Path:
@@ -116,10 +124,14 @@ def resolve_base_model(name: str, home: Path, on_build: Callable[[str], None] | 
     models_dir = home / "models"
     if name in BUILTIN_MODELS:
         target = models_dir / name
-        if not _is_checkpoint(target):
-            if on_build:
-                on_build(name)
-            build_builtin(name, target)
+        if not _is_checkpoint(target):  # built once per home, whatever the number of runs starting at once
+            models_dir.mkdir(parents=True, exist_ok=True)
+            once.make_once(
+                target,
+                lambda tmp: _build_announced(name, tmp, on_build),
+                ready=_is_checkpoint,
+                lock=once.lock_file(home, f"model-{name}"),
+            )
         return _readable_by_sandboxes(target.resolve())
     local = Path(name).expanduser()
     if local.exists():
@@ -133,7 +145,10 @@ def resolve_base_model(name: str, home: Path, on_build: Callable[[str], None] | 
     if _is_checkpoint(cached):
         return _readable_by_sandboxes(cached.resolve())
     if name.count("/") == 1 and all(name.split("/")):
-        return _readable_by_sandboxes(from_hub(name, cached).resolve())
+        with once.exclusive(once.lock_file(home, f"model-{cached.name}")):  # fetched once, however many ask
+            if not _is_checkpoint(cached):
+                from_hub(name, cached)
+        return _readable_by_sandboxes(cached.resolve())
     known = ", ".join(BUILTIN_MODELS)
     raise ModelNotFoundError(
         f"unknown base model {name!r}: not built in ({known}), not a local folder, not a hub id (org/name)"

@@ -19,6 +19,7 @@ from agent import approvals, concurrency
 from agent.codecheck import check_and_repair
 from agent.finish import (
     FINISH_RESERVE_S,
+    best_checkpoint,
     close_tracking,
     final_figures,
     read_final,
@@ -421,12 +422,26 @@ class Research(Screened):
             reason=reason,
             scores=[float(s) for s in state.get("scores", [])],
             public_baseline=state.get("baseline_score"),
-            extra={"grader": final, **submission_summary(state.get("trials", []), self.config.submit)},
+            extra={
+                "grader": final,
+                "best_checkpoint": self.best_checkpoint(state, final),
+                **submission_summary(state.get("trials", []), self.config.submit),
+            },
         )
         parent = state.get("mlflow_parent")
         if parent:
             close_tracking(self.tracker, parent, row, self.paths, plot, status=status, reason=reason)
         return summary
+
+    def best_checkpoint(self, state: LoopState, final: dict[str, Any]) -> dict[str, Any] | None:
+        """The best trial's checkpoint, checked against what the grader scored before it is reported."""
+        found = best_checkpoint(self.paths, state.get("trials", []), state.get("best_trial_id"), final)
+        if found is not None and not found["verified"]:
+            self.reporter.error(
+                f"the best checkpoint ({found['trial_id']}, {found['path']}) is not reported as the run's model: "
+                f"{found['problem']}"
+            )
+        return found
 
 
 def _ci(summary: dict[str, Any] | None) -> tuple[float, float] | None:

@@ -23,6 +23,7 @@ class RunRow:
     submissions: int
     trials: int
     best_trial_id: str | None = None
+    error: str | None = None  # why it failed (summary.json's `error`), for a failed run
 
     @staticmethod
     def fmt(value: float | None) -> str:
@@ -86,19 +87,21 @@ def run_row(run_dir: Path) -> RunRow | None:
             best=_float(summary.get("best_score")),
             submissions=int(summary.get("submissions") or 0),
             trials=0,
+            error=summary.get("error") if summary.get("status") == "failed" else None,
         )
     status = str(state.get("status") or "starting")
     if status == "running" or status == "starting":
         status = "running" if pid_alive(run_dir / "pid") else "stopped (resumable)"
     summary_path = run_dir / "summary.json"
+    error = None
     if summary_path.exists() and status not in ("running",):
         try:
             summary = json.loads(summary_path.read_text())
-            if summary.get("status") == "interrupted" and state.get("status") not in (
-                "finished",
-                "terminated",
-            ):
+            ended = state.get("status") in ("finished", "terminated")
+            if summary.get("status") == "interrupted" and not ended:
                 status = "interrupted (resumable)"
+            elif summary.get("status") == "failed" and not ended:  # died on an error: failed, and why
+                status, error = "failed", summary.get("error") or summary.get("stop_reason")
         except ValueError:
             pass
     return RunRow(
@@ -111,6 +114,7 @@ def run_row(run_dir: Path) -> RunRow | None:
         submissions=int(state.get("submissions") or 0),
         trials=len(state.get("trials") or []),
         best_trial_id=state.get("best_trial_id"),
+        error=error,
     )
 
 

@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 from agent.environment import environment_record, flat_params
 from agent.proposers.base import TrialRecord
 from sandbox import untrusted
+from tasks import once
 
 log = logging.getLogger(__name__)
 
@@ -43,17 +44,37 @@ def _quiet_mlflow() -> None:
         logging.getLogger(name).setLevel(logging.WARNING)
 
 
+def open_client(tracking_uri: str) -> Any:
+    """An MlflowClient on `tracking_uri`. A SQLite store is created and migrated on first use; two processes doing
+    that at once corrupt it (alembic: "Online migration expected to match one row"), so it is done by one process
+    at a time, under a lock beside the database (`tasks.once`); the others wait, then find it made."""
+    _quiet_mlflow()
+    from mlflow import MlflowClient
+
+    _quiet_mlflow()  # mlflow sets its own logger levels on import
+    database = sqlite_path(tracking_uri)
+    if database is None:
+        return MlflowClient(tracking_uri=tracking_uri)
+    database.parent.mkdir(parents=True, exist_ok=True)
+    with once.exclusive(database.with_name(database.name + ".lock")):
+        client = MlflowClient(tracking_uri=tracking_uri)
+        client.search_experiments(max_results=1)  # the store is made (and migrated) here, inside the lock
+    return client
+
+
+def sqlite_path(tracking_uri: str) -> Path | None:
+    """The database file of a `sqlite:///` tracking URI, else None."""
+    prefix = "sqlite:///"
+    return Path(tracking_uri[len(prefix) :]) if tracking_uri.startswith(prefix) else None
+
+
 class Tracker:
     """Writes a research run's story to MLflow: params, baseline, every submission's score, trials."""
 
     def __init__(self, tracking_uri: str, artifact_root: Path) -> None:
-        _quiet_mlflow()
-        from mlflow import MlflowClient
-
-        _quiet_mlflow()  # mlflow sets its own logger levels on import
         import mlflow
 
-        self.client = MlflowClient(tracking_uri=tracking_uri)
+        self.client = open_client(tracking_uri)
         self.tracking_uri = tracking_uri
         self.artifact_root = artifact_root
         mlflow.set_tracking_uri(tracking_uri)  # where traces go (the span exporter reads the global URI)

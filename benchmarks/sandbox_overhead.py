@@ -1,10 +1,12 @@
 """What a sandbox costs a trial: start-to-first-instruction and end-to-end, for a bare local process, the local
-sandbox isolated by namespaces (bubblewrap), and docker, measured side by side (round-robin) in one run.
+sandbox isolated by namespaces (bubblewrap), and docker, measured side by side (round-robin) in one run; each
+isolating backend twice: with the workspace alone, and with a trial's mounts (`+trial`: the run's workspace, the
+start checkpoint, the base model and the trial's record read-only at fixed paths, its output the writable folder).
 
     python benchmarks/sandbox_overhead.py [--n 20] [--train-seconds 20]
 
-Targets: isolated local < 50 ms over a bare process a trial start; docker < 0.5 s; < 5% of a one-minute trial end
-to end. The first figure is the time from `Sandbox.run()` being called to the command's first Python statement (it
+Targets: isolated local < 50 ms over a bare process a trial start; docker < 0.5 s; a trial's mounts within +50 ms of
+the workspace alone; < 5% of a one-minute trial end to end. The first figure is the time from `Sandbox.run()` being called to the command's first Python statement (it
 prints time.time()); the second, the whole `run()` including teardown. With the trainer image present, a short real
 torch training loop is also run and the difference reported as a share of a one-minute trial. Docker is left out,
 with a line saying why, where it is not usable.
@@ -24,6 +26,7 @@ from sandbox.backends.local import LocalSandbox
 from sandbox.base import Sandbox, SandboxRequest
 from sandbox.images import TRAINER_IMAGE
 from sandbox.status import docker_status
+from sandbox.view import FIXED, TrialView
 
 STAMP = "import time; print('T0', repr(time.time()), flush=True)"
 TRAIN = """
@@ -42,10 +45,38 @@ print('steps', steps, 'loss', float(loss))
 """
 
 
-def one_start(sandbox: Sandbox, python: str, ws: Path, i: int) -> tuple[float, float]:
-    request = SandboxRequest(
-        command=[python, "-c", STAMP], workspace=ws, log_path=ws.parent / f"start-{sandbox.name}-{i}.log"
+def trial_layout(root: Path) -> TrialView:
+    """A trial's host folders as a run lays them out (a small model folder standing in for the checkpoints)."""
+    host = TrialView(
+        workspace=root / "run" / "workspace",
+        model=root / "models" / "m",
+        base=root / "models" / "m",
+        trial=root / "run" / "trials" / "t01",
+        output=root / "run" / "trials" / "t01" / "output",
     )
+    for folder in (host.workspace / "data", host.model, host.output):
+        folder.mkdir(parents=True, exist_ok=True)
+    (host.workspace / "data" / "train.jsonl").write_text('{"id": "1", "prompt": "1+1=", "answer": "2"}\n')
+    (host.model / "config.json").write_text("{}")
+    (host.trial / "config.json").write_text("{}")
+    return host
+
+
+def one_start(
+    sandbox: Sandbox, python: str, ws: Path, i: int, trial: TrialView | None
+) -> tuple[float, float]:
+    log_path = ws.parent / f"start-{sandbox.name}-{i}{'-trial' if trial else ''}.log"
+    if trial is None:
+        request = SandboxRequest(command=[python, "-c", STAMP], workspace=ws, log_path=log_path)
+    else:
+        request = SandboxRequest(
+            command=[python, "-c", STAMP],
+            workspace=trial.output,
+            workspace_target=FIXED.output,
+            workdir=FIXED.workspace,
+            mounts=trial.mounts(FIXED),
+            log_path=log_path,
+        )
     t0 = time.time()
     result = sandbox.run(request)
     total = time.time() - t0
@@ -55,13 +86,15 @@ def one_start(sandbox: Sandbox, python: str, ws: Path, i: int) -> tuple[float, f
     return float(stamp.split()[1]) - t0, total
 
 
-def measure_starts(boxes: dict[str, tuple[Sandbox, str]], n: int, ws: Path) -> dict[str, tuple[float, float]]:
+def measure_starts(
+    boxes: dict[str, tuple[Sandbox, str, TrialView | None]], n: int, ws: Path
+) -> dict[str, tuple[float, float]]:
     """Median (start, whole run) per sandbox, the sandboxes taking turns so machine noise hits them alike."""
     starts: dict[str, list[float]] = {k: [] for k in boxes}
     totals: dict[str, list[float]] = {k: [] for k in boxes}
     for i in range(n):
-        for name, (sandbox, python) in boxes.items():
-            start, total = one_start(sandbox, python, ws, i)
+        for name, (sandbox, python, trial) in boxes.items():
+            start, total = one_start(sandbox, python, ws, i, trial)
             starts[name].append(start)
             totals[name].append(total)
     return {k: (statistics.median(starts[k]), statistics.median(totals[k])) for k in boxes}
@@ -90,16 +123,21 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         ws = Path(tmp) / "workspace"
         ws.mkdir()
-        boxes: dict[str, tuple[Sandbox, str]] = {"bare": (LocalSandbox(isolate=False), sys.executable)}
+        trial = trial_layout(Path(tmp))
+        boxes: dict[str, tuple[Sandbox, str, TrialView | None]] = {
+            "bare": (LocalSandbox(isolate=False), sys.executable, None)
+        }
         isolated = LocalSandbox()
         if isolated.isolation == "namespaces":
-            boxes["isolated"] = (isolated, sys.executable)
+            boxes["isolated"] = (isolated, sys.executable, None)
+            boxes["isolated+trial"] = (isolated, sys.executable, trial)
         else:
             print(f"local isolated: not measured ({isolated.isolation_reason})")
         status = docker_status(args.image)
         docker = DockerSandbox(image=args.image) if status.usable else None
         if docker is not None:
-            boxes["docker"] = (docker, "python3")
+            boxes["docker"] = (docker, "python3", None)
+            boxes["docker+trial"] = (docker, "python3", trial)
         else:
             print(f"docker: not measured ({status.summary()})")
         medians = measure_starts(boxes, args.n, ws)
@@ -108,7 +146,7 @@ def main() -> None:
         for name, (start, total) in medians.items():
             extra = "" if name == "bare" else f"   overhead {1000 * (start - bare_start):+.0f} ms a start, "
             extra += "" if name == "bare" else f"{1000 * (total - bare_total):+.0f} ms a whole run"
-            print(f"  {name:9s}{start:.3f} s   (whole run() {total:.3f} s){extra}")
+            print(f"  {name:15s}{start:.3f} s   (whole run() {total:.3f} s){extra}")
         if "isolated" in medians:
             print(
                 f"  isolated local target: < 50 ms a start over bare: {1000 * (medians['isolated'][0] - bare_start):.0f} ms"
@@ -117,8 +155,12 @@ def main() -> None:
             print(
                 f"  docker target: < 500 ms a start over bare: {1000 * (medians['docker'][0] - bare_start):.0f} ms"
             )
+        for name in ("isolated", "docker"):
+            if f"{name}+trial" in medians:
+                mounts = 1000 * (medians[f"{name}+trial"][0] - medians[name][0])
+                print(f"  {name} trial mounts target: within +50 ms of the workspace alone: {mounts:+.0f} ms")
         if docker is not None and args.image == TRAINER_IMAGE and args.train_seconds > 0:
-            local_train = measure_train(boxes["bare"][0], sys.executable, args.train_seconds, ws)
+            local_train = measure_train(LocalSandbox(isolate=False), sys.executable, args.train_seconds, ws)
             docker_train = measure_train(docker, "python", args.train_seconds, ws)
             extra_s = docker_train - local_train
             print(f"end to end, a {args.train_seconds:g}-s torch training loop (1 CPU):")

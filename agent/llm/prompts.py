@@ -19,7 +19,7 @@ training experiment (a trial) at a time. A trial runs a trainer recipe with hype
 model or from an earlier successful trial's checkpoint (init_from = that trial_id). Alternatively a trial may supply \
 a complete Python training script (train_py) that writes a Hugging Face checkpoint. A grader scores each checkpoint on \
 a hidden test set you never see; train on the workspace data (data/train.jsonl, data/valid.jsonl) only.
-A train_py runs in a sandbox with no network, its working directory the workspace, and these environment variables: MODEL_PATH (the checkpoint to start from), DATA_PATH (the folder with train.jsonl and valid.jsonl, one {{"id","prompt","answer"}} object a line), OUTPUT_DIR (save the final model and tokenizer there with save_pretrained, safetensors), and RLLOOP_SMOKE=1 during a smoke run that must train a few steps on a few examples, save, and exit 0. It may import the trainer library (`trainers`) or TRL, transformers and torch directly.
+A train_py runs in a sandbox with no network, its working directory /workspace (read-only), and these environment variables: MODEL_PATH (the checkpoint to start from, read-only), DATA_PATH (the folder with train.jsonl and valid.jsonl, one {{"id","prompt","answer"}} object a line), OUTPUT_DIR (its only writable folder: save the final model and tokenizer there with save_pretrained, safetensors, as real files, not links; scratch goes there or in /tmp), and RLLOOP_SMOKE=1 during a smoke run that must train a few steps on a few examples, save, and exit 0. It may import the trainer library (`trainers`) or TRL, transformers and torch directly.
 
 Reply with exactly one JSON object and nothing else, with these keys:
 {schema}"""

@@ -88,8 +88,9 @@ class RecipeCatalog:
         ]
         lines.append(f"Set by the loop, never in hyperparameters: {', '.join(sorted(LOOP_OWNED_FIELDS))}.")
         lines.append(
-            "Path fields (*_file, *_path, *_dir) may name only files in the workspace, relative to it: "
-            "data/train.jsonl, data/valid.jsonl, trials/<id>/output (a model field may also be the base model)."
+            "Path fields (*_file, *_path, *_dir) may name only what the trial sees, relative to /workspace or "
+            "absolute: data/train.jsonl, data/valid.jsonl (a model field may also be /model, the checkpoint it "
+            "starts from, or /base, the base model)."
         )
         for name in self.names():
             config = self.recipes[name]

@@ -8,6 +8,7 @@ they are compared in constant time.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import ipaddress
@@ -22,6 +23,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
+from tasks import once
 from tasks.atomic import atomic_write_text
 
 Role = Literal["viewer", "approver", "admin"]
@@ -114,23 +116,30 @@ def add_user(path: Path, name: str, role: str, replace: bool = False) -> str:
         )
     if role not in ROLES:
         raise UsersFileError(f"unknown role {role!r}; choose one of {', '.join(ROLES)}")
-    users = read_users_file(path)
-    if any(u.name == name for u in users) and not replace:
-        raise UsersFileError(
-            f"user {name!r} already exists in {path}; pass --replace to give it a new token and role"
-        )
-    token = new_token()
-    kept = [u for u in users if u.name != name]
-    user = ServiceUser.model_validate({"name": name, "role": role, "token_sha256": hash_token(token)})
-    write_users_file(path, [*kept, user])
+    with _editing(path):
+        users = read_users_file(path)
+        if any(u.name == name for u in users) and not replace:
+            raise UsersFileError(
+                f"user {name!r} already exists in {path}; pass --replace to give it a new token and role"
+            )
+        token = new_token()
+        kept = [u for u in users if u.name != name]
+        user = ServiceUser.model_validate({"name": name, "role": role, "token_sha256": hash_token(token)})
+        write_users_file(path, [*kept, user])
     return token
 
 
 def remove_user(path: Path, name: str) -> None:
-    users = read_users_file(path)
-    if not any(u.name == name for u in users):
-        raise UsersFileError(f"no user {name!r} in {path}; `rlloop serve users list` shows them")
-    write_users_file(path, [u for u in users if u.name != name])
+    with _editing(path):
+        users = read_users_file(path)
+        if not any(u.name == name for u in users):
+            raise UsersFileError(f"no user {name!r} in {path}; `rlloop serve users list` shows them")
+        write_users_file(path, [u for u in users if u.name != name])
+
+
+def _editing(path: Path) -> contextlib.AbstractContextManager[None]:
+    """The users file's lock: two `users add` at once each keep their user (read, change, write under it)."""
+    return once.exclusive(path.with_name(f".{path.name}.lock"))
 
 
 def is_loopback(host: str) -> bool:

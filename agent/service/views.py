@@ -57,6 +57,8 @@ def derive_status(record: WorkerRecord | None, row: RunRow | None, pending: list
         return ("failed", True) if record.exit_code != 0 else ("finished", False)
     if row.status in ("finished", "terminated"):
         return row.status, False
+    if row.status == "failed":  # the run said it died on an error (summary.json)
+        return "failed", True
     if record.cancel_requested or record.exit_code in (None, 0, 130, -2, -15):
         return row.status, False
     return "failed", True
@@ -119,7 +121,7 @@ def run_summary(run_dir: Path, record: WorkerRecord | None, pending: list[str]) 
         trials=row.trials if row else 0,
         pending_approvals=pending,
         managed=record is not None,
-        error=last_error(run_dir) if failed else None,
+        error=((row.error if row else None) or last_error(run_dir)) if failed else None,
         worker=worker_view(run_dir, record) if record else None,
         links=run_links(run_dir.name, record),
     )

@@ -17,13 +17,10 @@ SWEEP_TAG = "rlloop.sweep_id"
 
 class SweepTracker:
     def __init__(self, home: Path) -> None:
-        from mlflow import MlflowClient
+        from agent.tracking import open_client
 
-        from agent.tracking import _quiet_mlflow
-
-        _quiet_mlflow()
         self.home = home
-        self.client = MlflowClient(tracking_uri=f"sqlite:///{(home / 'mlflow.db').resolve()}")
+        self.client = open_client(f"sqlite:///{(home / 'mlflow.db').resolve()}")
 
     def _experiment(self) -> str:
         found = self.client.get_experiment_by_name(EXPERIMENT)

@@ -70,7 +70,7 @@ def test_tiny_chat_on_gsm8k_in_the_chat_format_end_to_end(tmp_path: Path, tiny_c
     )
     for trial in succeeded:  # the trial trained on the prompts the grader scores
         config = json.loads(
-            (run_dir / "workspace" / "trials" / trial["trial_id"] / "config.json").read_text()
+            (run_dir / "trials" / trial["trial_id"] / "config.json").read_text()
         )
         assert (config["prompt_format"], config["system_prompt"]) == ("chat", "Solve the problem.")
         assert config["benchmark"] == "gsm8k"

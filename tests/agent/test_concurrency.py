@@ -183,7 +183,7 @@ def test_kill_9_mid_concurrent_step_then_resume(
     assert crashed.returncode == -signal.SIGKILL, crashed.stdout + crashed.stderr
     run_dir = home / "runs" / run_id
     _assert_nothing_left(run_dir)
-    t01_log = run_dir / "workspace" / "trials" / "t01" / "log.txt"
+    t01_log = run_dir / "trials" / "t01" / "log.txt"
     t01_before = t01_log.stat().st_mtime_ns
 
     resumed = _run(home, "resume", run_id)

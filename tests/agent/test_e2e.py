@@ -138,7 +138,7 @@ def test_sigterm_mid_trial_then_resume(tmp_path: Path, tiny_model_home: Path) ->
         stderr=subprocess.STDOUT,
         text=True,
     )
-    log = home / "runs" / "e2e-int" / "workspace" / "trials" / "t01" / "log.txt"
+    log = home / "runs" / "e2e-int" / "trials" / "t01" / "log.txt"
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and not (log.exists() and log.stat().st_size > 0):
         time.sleep(0.5)

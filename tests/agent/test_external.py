@@ -92,11 +92,11 @@ def _check_run(home: Path, run_id: str, summary: dict[str, object]) -> None:
     assert grader["total_submissions"] == 1  # read back from the grader, not from the agent
     assert grader["copy_model_count"] == 1  # it submitted the base model unchanged
     assert grader["valid_submission_rate"] == 1.0
-    log = (home / "runs" / run_id / "workspace" / "trials" / "agent" / "log.txt").read_text()
+    log = (home / "runs" / run_id / "trials" / "agent" / "log.txt").read_text()
     assert "greeting=hello from config.yaml" in log
     assert "finalize: refused 403" in log
     token = json.loads((home / "runs" / run_id / "grader" / "config.json").read_text())["token"]
-    agent_env = json.loads((home / "runs" / run_id / "workspace" / "agent_env.json").read_text())
+    agent_env = json.loads((home / "runs" / run_id / "agent" / "agent_env.json").read_text())  # its own folder
     assert token not in agent_env.values()  # the relay holds the token; the agent never sees it
     rows = [r for r in read_results(home / "results.csv") if r["run_id"] == run_id]
     assert rows and rows[0]["agent"] == "Example Agent" and rows[0]["submissions"] == "1"

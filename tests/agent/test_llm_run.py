@@ -80,7 +80,7 @@ def test_buggy_code_is_caught_by_the_smoke_run_and_repaired(tiny_model_home: Pat
     assert trial["status"] == "succeeded"
     assert "output_dir)" not in trial["proposal"]["train_py"]  # the repaired code is what ran
     assert trial["grading"]["is_copy"] is True  # a copy of the base model is flagged by the grader
-    trial_dir = tiny_model_home / "runs" / "llm-repair" / "workspace" / "trials" / "t01"
+    trial_dir = tiny_model_home / "runs" / "llm-repair" / "trials" / "t01"
     assert "saved full" in (trial_dir / "log.txt").read_text()
 
 
@@ -160,7 +160,7 @@ def test_the_llm_looks_before_it_proposes_and_the_next_run_remembers(tiny_model_
     assert "exit 0" in answers[5] and "train.jsonl" in answers[5] and "valid.jsonl" in answers[5]
 
     run_dir = tiny_model_home / "runs" / "llm-tools"
-    trial_dir = run_dir / "workspace" / "trials" / "t01"
+    trial_dir = run_dir / "trials" / "t01"
     logged = [json.loads(line) for line in (trial_dir / "proposal_tools.jsonl").read_text().splitlines()]
     assert [(r["name"], r["ok"]) for r in logged] == [
         ("data_rows", True),

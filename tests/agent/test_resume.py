@@ -183,7 +183,7 @@ def test_no_trial_outlives_its_run_killed_9(
     crashed = _run(home, "run", "--run-id", "orphan", *args, RLLOOP_FAILPOINT="run_trial:1")
     assert crashed.returncode == -signal.SIGKILL, crashed.stdout + crashed.stderr
     run_dir = home / "runs" / "orphan"
-    assert (run_dir / "workspace" / "trials" / "t01").is_dir(), "killed before the trial started"
+    assert (run_dir / "trials" / "t01").is_dir(), "killed before the trial started"
     _assert_nothing_left(run_dir)
 
     resumed = _run(home, "resume", "orphan")

@@ -160,7 +160,7 @@ def test_ray_sweep_survives_a_worker_killed_mid_trial(tiny_model_home: Path) -> 
         killed: list[int] = []
 
         def kill_worker_mid_trial() -> None:
-            log = run_dir / "workspace" / "trials" / "t01" / "log.txt"
+            log = run_dir / "trials" / "t01" / "log.txt"
             deadline = time.monotonic() + 400
             while time.monotonic() < deadline and not (log.exists() and log.stat().st_size > 0):
                 time.sleep(0.3)

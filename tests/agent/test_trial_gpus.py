@@ -55,11 +55,11 @@ def test_each_trial_gets_a_gpu_and_the_grader_another(tmp_path: Path, tiny_model
     assert (
         "devices: GPUs 0,1; 1 GPU(s) per trial from 0; grader on GPU 1" in (run_dir / "run.log").read_text()
     )
-    trial_log = (run_dir / "workspace" / "trials" / "t01" / "log.txt").read_text()
+    trial_log = (run_dir / "trials" / "t01" / "log.txt").read_text()
     assert (
         "(CUDA_VISIBLE_DEVICES=0)" in trial_log
     )  # the trainer saw the device it was leased (CPU torch here)
-    metrics = json.loads((run_dir / "workspace" / "trials" / "t01" / "output" / "metrics.json").read_text())
+    metrics = json.loads((run_dir / "trials" / "t01" / "output" / "metrics.json").read_text())
     assert metrics["device"] == "cpu"  # torch here has no CUDA: the same code path, on CPU
 
 

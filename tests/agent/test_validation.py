@@ -134,9 +134,8 @@ def test_improved_skips_a_checkpoint_that_is_no_better(
     assert t2["submission_note"].startswith("not submitted: valid")
     assert state["submissions"] == 1 == summary["submissions"] == summary["trials_submitted"]
     assert summary["trials_trained"] == 2 and summary["not_submitted"][0]["trial_id"] == "t02"
-    workspace = run_dir / "workspace"
     for name in (BASE_ID, "t01", "t02"):
-        assert load_validation(workspace / "trials" / name / "validation.json") is not None
+        assert load_validation(run_dir / "trials" / name / "validation.json") is not None
     import sqlite3
 
     with sqlite3.connect(run_dir / "grader" / "store.db") as conn:

@@ -99,8 +99,8 @@ def test_bad_requests_are_4xx_with_reasons(server: GraderProcess, tmp_path: Path
         str(ws / "notes"): "not a model folder",
         str(ws / "remote"): "remote code",
         str(outside): "outside the allowed submission root",
-        str(ws / "escape"): "outside the allowed submission root",
-        str(leaky): "symlink pointing outside",
+        str(ws / "escape"): "is not a folder (a link or a file); it is not followed",  # a link, never followed
+        str(leaky): "model.safetensors is a symlink",
         str(server.private_dir / "test.jsonl"): "outside the allowed submission root",
     }
     # the server's own hidden set (drawn from its run's secret seed), not one a caller could regenerate

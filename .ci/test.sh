@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# `make test`: everything the suite needs, then the suite. What does not depend on rlloop's venv installs beside it
+# in the background (Docker's engine and Chromium from Debian's packages, vLLM's own venv), so a fresh machine waits
+# for the slowest of them, not for their sum. Each background step logs to .test-logs/<step>.log; a step that fails
+# prints its last lines and fails the run. The exit status is the suite's (or the first setup step's that failed).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+MAKE="${MAKE:-make}"
+VENV="${VENV:-.venv}"
+VLLM_VENV="${VLLM_VENV:-.venv-vllm}"
+LOGS=.test-logs
+mkdir -p "$LOGS"
+started=$(date +%s)
+
+step() { echo "[make test +$(( $(date +%s) - started ))s] $*"; }
+declare -A PIDS=()
+background() {  # NAME COMMAND...: run COMMAND in the background, its output in $LOGS/NAME.log
+  local name=$1
+  shift
+  "$@" >"$LOGS/$name.log" 2>&1 &
+  PIDS[$name]=$!
+  step "started $name in the background (log: $LOGS/$name.log)"
+}
+await() {  # NAME: wait for a background step; fail with its log's last lines if it failed
+  local name=$1
+  if ! wait "${PIDS[$name]}"; then
+    echo "error: $name failed; the last lines of $LOGS/$name.log:" >&2
+    tail -n 30 "$LOGS/$name.log" >&2
+    exit 1
+  fi
+  unset "PIDS[$name]"
+  step "$name ready"
+}
+stop_background() {  # nothing outlives a failed or interrupted run
+  local pid
+  for pid in "${PIDS[@]}"; do
+    pkill -TERM -P "$pid" 2>/dev/null || true
+    kill -TERM "$pid" 2>/dev/null || true
+  done
+}
+trap stop_background EXIT
+
+background system bash -c "bash .ci/docker.sh && bash .ci/chromium.sh"
+background vllm-venv "$MAKE" --no-print-directory "$VLLM_VENV/.installed"
+step "installing rlloop's venv"
+"$MAKE" --no-print-directory "$VENV/.installed-dev" "$VENV/.installed-verl"
+await system
+step "building the trainer and agent images"
+"$VENV/bin/rlloop" sandbox build --agent
+step "running the suite"
+status=0
+RLLOOP_VERL_SITE="$VENV/verl-site" "$VENV/bin/python" -m pytest -q -p no:cacheprovider --timeout=1800 \
+  --durations=25 || status=$?
+await vllm-venv
+step "running the vLLM tests"
+"$MAKE" --no-print-directory test-vllm || status=$((status ? status : $?))
+step "done (exit status $status)"
+exit "$status"
