@@ -69,9 +69,7 @@ def test_tiny_chat_on_gsm8k_in_the_chat_format_end_to_end(tmp_path: Path, tiny_c
         grader["eval"]["prompt_style"] == "chat" and grader["eval"]["system_prompt"] == "Solve the problem."
     )
     for trial in succeeded:  # the trial trained on the prompts the grader scores
-        config = json.loads(
-            (run_dir / "trials" / trial["trial_id"] / "config.json").read_text()
-        )
+        config = json.loads((run_dir / "trials" / trial["trial_id"] / "config.json").read_text())
         assert (config["prompt_format"], config["system_prompt"]) == ("chat", "Solve the problem.")
         assert config["benchmark"] == "gsm8k"
 

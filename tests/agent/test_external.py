@@ -96,7 +96,7 @@ def _check_run(home: Path, run_id: str, summary: dict[str, object]) -> None:
     assert "greeting=hello from config.yaml" in log
     assert "finalize: refused 403" in log
     token = json.loads((home / "runs" / run_id / "grader" / "config.json").read_text())["token"]
-    agent_env = json.loads((home / "runs" / run_id / "agent" / "agent_env.json").read_text())  # its own folder
+    agent_env = json.loads((home / "runs" / run_id / "agent" / "agent_env.json").read_text())
     assert token not in agent_env.values()  # the relay holds the token; the agent never sees it
     rows = [r for r in read_results(home / "results.csv") if r["run_id"] == run_id]
     assert rows and rows[0]["agent"] == "Example Agent" and rows[0]["submissions"] == "1"

@@ -99,7 +99,7 @@ def test_bad_requests_are_4xx_with_reasons(server: GraderProcess, tmp_path: Path
         str(ws / "notes"): "not a model folder",
         str(ws / "remote"): "remote code",
         str(outside): "outside the allowed submission root",
-        str(ws / "escape"): "is not a folder (a link or a file); it is not followed",  # a link, never followed
+        str(ws / "escape"): "is not a folder (a link or a file); it is not followed",
         str(leaky): "model.safetensors is a symlink",
         str(server.private_dir / "test.jsonl"): "outside the allowed submission root",
     }
