@@ -371,7 +371,11 @@ class Check:
             figure("grade_baseline_s", f"{time.perf_counter() - started:.1f}")
             figure("grade_baseline_score", health.get("baseline_score"))
             started = time.perf_counter()
-            answer = grader.submit(self.checkpoint, timeout_s=300)
+            # submissions come from a trial's output folder: the SFT checkpoint is put where a trial leaves one
+            submitted = paths.trial_output("sft")
+            shutil.rmtree(submitted, ignore_errors=True)
+            shutil.copytree(self.checkpoint, submitted)
+            answer = grader.submit(submitted, timeout_s=300)
             figure("grade_submit_s", f"{time.perf_counter() - started:.1f}")
             figure("grade_score", answer.get("score"))
         finally:
@@ -431,9 +435,7 @@ class Check:
         figure("e2e_trial_score", trial.get("score"))
         if trial["status"] != "succeeded":
             raise RuntimeError(f"the trial {trial['status']}: {trial.get('error')}")
-        metrics = json.loads(
-            (run_dir / "workspace" / "trials" / "t01" / "output" / "metrics.json").read_text()
-        )
+        metrics = json.loads((run_dir / "trials" / "t01" / "output" / "metrics.json").read_text())
         figure("e2e_trial_device", f"{metrics.get('device')}/{metrics.get('dtype')}")
         expect_gpu(str(metrics.get("device")), "the research run's trial (given --trial-gpus 1)")
 
