@@ -176,10 +176,11 @@ def test_runs_started_together_on_a_fresh_home_all_finish(
 
 
 def test_a_run_that_dies_on_an_error_shows_failed_with_it(tiny_model_home: Path) -> None:
-    """The MLflow store cannot be opened (a folder where the database should be): the run dies on that error, and
-    every place that lists runs says `failed` and why; a results row and summary.json say so too."""
+    """The run's workspace cannot be made (a file stands where its folder should be): the run dies on that error,
+    and every place that lists runs says `failed` and why; a results row and summary.json say so too."""
     home = tiny_model_home
-    (home / "mlflow.db").mkdir(parents=True)  # the injected crash
+    (home / "runs" / "doomed").mkdir(parents=True)
+    (home / "runs" / "doomed" / "workspace").write_text("in the way")  # the injected crash
     env = _env(home)
     done = subprocess.run(
         [sys.executable, "-m", "agent.cli", "run", "--run-id", "doomed", *RUN_ARGS],
