@@ -409,7 +409,7 @@ def _mount_subcommands() -> None:
     from agent.service.cli import serve_app
     from agent.sweeps.cli import bench, report
     from sandbox.cli import app as sandbox_app
-    from trainers.plan_cli import ListingCommand, check_inputs_command, plan_command
+    from trainers.verl.cli import ListingCommand, check_inputs_command, plan_command
 
     sandbox_app.command("list")(sandbox_list)
     app.add_typer(sandbox_app, name="sandbox", help="List, build, check and clean the trial sandboxes.")

@@ -53,8 +53,8 @@ def main(argv: list[str]) -> int:
     sys.addaudithook(_hook)
     from typer.testing import CliRunner
 
-    from trainers.plan_cli import app
-    from trainers.verl_plan import FAMILY_TRACKS, STAGES
+    from trainers.verl.cli import app
+    from trainers.verl.plan import FAMILY_TRACKS, STAGES
 
     runner = CliRunner()
     roles = [

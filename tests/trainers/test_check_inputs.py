@@ -9,14 +9,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from typer.testing import CliRunner
 
-from trainers.check_inputs import (
+from trainers.verl.check_inputs import (
     check_data_root,
     check_experience,
     check_inputs,
     check_jsonl,
     check_system_prompt,
 )
-from trainers.plan_cli import app
+from trainers.verl.cli import app
 
 
 def _write(path: Path, text: str) -> Path:

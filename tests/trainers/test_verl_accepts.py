@@ -18,8 +18,8 @@ import pytest
 
 from tests.trainers import verl_validate
 from tests.trainers.verl_plan_grid import VARIANTS
-from trainers.verl_builders import GENERATION, MAIN_PPO, MERGER, SFT
-from trainers.verl_plan import FAMILY_TRACKS, STAGES, plan
+from trainers.verl.builders import GENERATION, MAIN_PPO, MERGER, SFT
+from trainers.verl.plan import FAMILY_TRACKS, STAGES, plan
 
 ROLES: dict[str, Any] = {
     "model": "Qwen/Qwen3-8B",

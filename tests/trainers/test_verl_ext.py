@@ -1,4 +1,4 @@
-"""rlloop's verl extension modules (trainers/verl_ext) with verl 0.9.1 installed: verl itself imports them (through
+"""rlloop's verl extension modules (trainers/verl/ext) with verl 0.9.1 installed: verl itself imports them (through
 VERL_USE_EXTERNAL_MODULES, as the plans set it), and the OPCD signal verl computes with the plan's own settings (KL
 in the reward, the `opcd` advantage estimator, the vanilla policy loss) has, in expectation over the sampled token,
 the gradient of rlloop's reverse-KL loss (trainers.losses.topk_reverse_kl with k = the vocabulary). The CPU data
@@ -18,8 +18,8 @@ import torch
 
 from tests.trainers import verl_validate
 from trainers.losses import topk_reverse_kl
-from trainers.verl_ext import MODULES, data
-from trainers.verl_plan import plan
+from trainers.verl.ext import MODULES, data
+from trainers.verl.plan import plan
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +59,7 @@ def test_opcd_on_verl_has_the_gradient_of_rlloops_reverse_kl(verl: Any) -> None:
     from verl.trainer.ppo.ray_trainer import apply_kl_penalty, compute_advantage
     from verl.utils.config import omega_conf_to_dataclass
 
-    import trainers.verl_ext.opcd  # noqa: F401  (registers `opcd`, as verl's import does)
+    import trainers.verl.ext.opcd  # noqa: F401  (registers `opcd`, as verl's import does)
 
     (stage,) = plan("opcd", stage="on-policy", env={}).stages
     ((_, config),) = verl_validate.check_command(stage.command)
@@ -125,7 +125,7 @@ def test_off_policy_rows_become_what_verl_reads(tmp_path: Path) -> None:
 
 def test_benchmark_reward_is_the_benchmarks_score() -> None:
     from tasks import get_benchmark
-    from trainers.verl_ext.benchmark_reward import compute_score
+    from trainers.verl.ext.benchmark_reward import compute_score
 
     bench = get_benchmark("arith")
     sample = bench.load("valid")[0]

@@ -9,9 +9,9 @@ from collections.abc import Iterator
 import pytest
 from typer.testing import CliRunner
 
-from trainers.plan_cli import app
-from trainers.verl_builders import MAIN_PPO, FamilyPlan, PlanContext, exact_on_policy, family, verl_stage
-from trainers.verl_plan import FAMILIES, STAGES, family_names, plan
+from trainers.verl.builders import MAIN_PPO, FamilyPlan, PlanContext, exact_on_policy, family, verl_stage
+from trainers.verl.cli import app
+from trainers.verl.plan import FAMILIES, STAGES, family_names, plan
 
 
 def test_builtin_builders_plan_the_stages_they_declare() -> None:
@@ -20,7 +20,7 @@ def test_builtin_builders_plan_the_stages_they_declare() -> None:
         builder = FAMILIES.get(name)
         assert builder.name == name and list(builder.stages) == STAGES[name]
         assert [s.name for s in plan(name).stages] == STAGES[name]
-        assert FAMILIES.origin(name) == "trainers.verl_families"
+        assert FAMILIES.origin(name) == "trainers.verl.families"
 
 
 @pytest.fixture

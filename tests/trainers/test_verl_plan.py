@@ -1,4 +1,4 @@
-"""verl_plan: staged commands with explicit placeholders and a prerequisites checklist per family."""
+"""trainers.verl.plan: staged commands with explicit placeholders and a prerequisites checklist per family."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from trainers.plan_cli import app
-from trainers.verl_plan import STAGES, Family, plan
+from trainers.verl.cli import app
+from trainers.verl.plan import STAGES, Family, plan
 
 
 @pytest.mark.parametrize("family", list(STAGES))

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from trainers.verl_builders import EVALUATION, GENERATION, MAIN_PPO, MERGER, SFT, VERL_VERSION
-from trainers.verl_plan import FAMILY_TRACKS, STAGES, plan
+from trainers.verl.builders import EVALUATION, GENERATION, MAIN_PPO, MERGER, SFT, VERL_VERSION
+from trainers.verl.plan import FAMILY_TRACKS, STAGES, plan
 
 KNOWN: dict[str, Any] = json.loads(
     (Path(__file__).parent / "fixtures" / "verl_config_keys.json").read_text(encoding="utf-8")

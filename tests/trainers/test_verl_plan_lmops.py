@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from agent.cli import app as rlloop
 from tests.trainers.verl_plan_grid import CLEAN_ENV, LMOPS_COMMANDS
-from trainers.verl_plan import FAMILIES, FAMILY_TRACKS, STAGES, plan
+from trainers.verl.plan import FAMILIES, FAMILY_TRACKS, STAGES, plan
 
 SEED = Path(__file__).resolve().parents[3] / "shared" / "seeds" / "004_f27ae1067a67a57f.txt"
 SCRIPTS = {"scripts/verl_experiment_planner.py": "plan", "scripts/check_experience_inputs.py": "check-inputs"}

@@ -14,7 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from trainers.verl_plan import FAMILY_TRACKS, STAGES
+from trainers.verl.plan import FAMILY_TRACKS, STAGES
 
 REPO = Path(__file__).resolve().parents[2]
 DRIVER = Path(__file__).with_name("plan_offline_driver.py")

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from tasks.atomic import atomic_write_json
-from trainers.verl_builders import EVALUATION, GENERATION, MAIN_PPO, SFT
+from trainers.verl.builders import EVALUATION, GENERATION, MAIN_PPO, SFT
 
 FIXTURE = Path(__file__).parent / "fixtures" / "verl_config_keys.json"
 

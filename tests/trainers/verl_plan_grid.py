@@ -13,9 +13,9 @@ from typing import Any
 from typer.testing import CliRunner
 
 from tasks.atomic import atomic_write_json
-from trainers.plan_cli import app
-from trainers.verl_plan import FAMILIES, FAMILY_TRACKS, STAGES, plan
-from trainers.verl_resolve import CREDENTIALS, ROOTS
+from trainers.verl.cli import app
+from trainers.verl.plan import FAMILIES, FAMILY_TRACKS, STAGES, plan
+from trainers.verl.resolve import CREDENTIALS, ROOTS
 
 FIXTURE = Path(__file__).parent / "fixtures" / "verl_plans.json"
 LMOPS_COMMANDS = (

@@ -29,14 +29,14 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from trainers.verl_builders import EVALUATION, GENERATION, MAIN_PPO, MERGER, SFT, VERL_VERSION
+from trainers.verl.builders import EVALUATION, GENERATION, MAIN_PPO, MERGER, SFT, VERL_VERSION
 
 ROOT = Path(__file__).resolve().parents[2]
 SITE = Path(os.environ.get("RLLOOP_VERL_SITE") or ROOT / ".venv" / "verl-site")
 REQUIRED = bool(
     os.environ.get("RLLOOP_VERL_SITE")
 )  # `make test` sets it: then a missing verl fails, not skips
-EXTENSIONS = ROOT / "trainers" / "verl_ext"
+EXTENSIONS = ROOT / "trainers" / "verl" / "ext"
 
 # what a user puts in place of each placeholder or shell variable before running a command
 FILL: dict[str, str] = {

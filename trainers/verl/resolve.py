@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from trainers.verl_builders import Prerequisite, Stage
+from trainers.verl.builders import Prerequisite, Stage
 
 # placeholder -> (flag, environment variable)
 ROOTS: dict[str, tuple[str, str]] = {

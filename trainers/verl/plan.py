@@ -6,10 +6,10 @@ site-specific paths (<MODEL_ROOT>, <DATA_ROOT>, <CKPT_ROOT>, <RESULT_ROOT>, ...)
 true before the first command: GPUs, Ray, vLLM, the Docker image, and the credentials the stages need. The commands
 are written for verl 0.9.1 and pass its own config composition and start-up checks (tests/trainers/
 test_verl_accepts.py). Upstream verl has GRPO and OPO advantage estimators; OPCD's (and OEL's consolidation's) is
-rlloop's `trainers.verl_ext.opcd`, which verl imports itself (VERL_USE_EXTERNAL_MODULES); what is not expressible in
+rlloop's `trainers.verl.ext.opcd`, which verl imports itself (VERL_USE_EXTERNAL_MODULES); what is not expressible in
 verl 0.9.1 (the teacher's context, GAD's discriminator training) is listed as unresolved rather than hidden.
 
-Each family is one builder registered in `FAMILIES` (`trainers.verl_families` holds the built-ins); this module
+Each family is one builder registered in `FAMILIES` (`trainers.verl.families` holds the built-ins); this module
 validates the inputs, calls the family's builder and adds what every plan shares: the checklist, the roots (flags,
 environment variables, or placeholders), the credentials each stage needs, the GPU setup path, and at the end what
 is still unresolved. Every stage is labelled "not executed": planning starts no process, imports nothing from verl
@@ -25,8 +25,8 @@ from typing import Literal, get_args
 from pydantic import BaseModel, Field
 
 from tasks.plugins import UnknownPluginError
-from trainers import verl_resolve as resolve
-from trainers.verl_builders import (
+from trainers.verl import resolve
+from trainers.verl.builders import (
     FAMILIES,
     MAIN_PPO,
     PROMPT_TYPES,
@@ -39,7 +39,7 @@ from trainers.verl_builders import (
     Roles,
     Stage,
 )
-from trainers.verl_resolve import Credential, Root
+from trainers.verl.resolve import Credential, Root
 
 __all__ = [
     "FAMILIES",
@@ -64,10 +64,10 @@ PLACEHOLDERS: dict[str, str] = {
     "<DATA_ROOT>": "folder holding train.parquet / valid.parquet in verl's RL format, and experience files",
     "<CKPT_ROOT>": "where checkpoints are written (shared storage visible to every node)",
     "<RESULT_ROOT>": "where generations, evaluation results and logs are written",
-    "<VERL_EXT>": "trainers/verl_ext of the rlloop installed in <VERL_IMAGE> (verl reward-function files: "
+    "<VERL_EXT>": "trainers/verl/ext of the rlloop installed in <VERL_IMAGE> (verl reward-function files: "
     "benchmark_reward.py, zero_reward.py; coach_reward.py, oel_extract.py, gad_judge.py, coach_fuzzy.py, "
     "coach_score.py and text_game_agent_loop.yaml are NOT written yet)",
-    "<VERL_IMAGE>": f"Docker image with verl {VERL_VERSION}, vLLM, Ray and rlloop (trainers.verl_ext) installed",
+    "<VERL_IMAGE>": f"Docker image with verl {VERL_VERSION}, vLLM, Ray and rlloop (trainers.verl.ext) installed",
 }
 
 # placeholders only the newer stages and flags use: what resolves each
@@ -311,7 +311,7 @@ def _unresolved(result: Plan, builder: FamilyBuilder, family_items: list[str]) -
         elif name not in _ALWAYS:
             items.append(f"{name}: {text}")
     items.append(
-        "<VERL_EXT>: the path of trainers/verl_ext in <VERL_IMAGE>; a stage that names a file not written yet "
+        "<VERL_EXT>: the path of trainers/verl/ext in <VERL_IMAGE>; a stage that names a file not written yet "
         "(see Placeholders) needs it written first"
     )
     items.append(
@@ -383,7 +383,7 @@ def _extensions() -> Prerequisite:
     """Every family scores with rlloop's benchmark scorer or a custom loss, which upstream verl does not have."""
     return Prerequisite(
         item="verl extensions",
-        detail="rlloop installed in <VERL_IMAGE> (verl imports trainers.verl_ext.opcd in every worker through "
-        "the VERL_USE_EXTERNAL_MODULES the plan passes in ray_kwargs); <VERL_EXT> is its trainers/verl_ext folder",
-        check="python -c 'import trainers.verl_ext.opcd'",
+        detail="rlloop installed in <VERL_IMAGE> (verl imports trainers.verl.ext.opcd in every worker through "
+        "the VERL_USE_EXTERNAL_MODULES the plan passes in ray_kwargs); <VERL_EXT> is its trainers/verl/ext folder",
+        check="python -c 'import trainers.verl.ext.opcd'",
     )

@@ -15,9 +15,9 @@ from typing import Annotated, Any, NoReturn
 import typer
 from typer.core import TyperCommand
 
-from trainers.check_inputs import PROMPT_TYPES, check_inputs
-from trainers.verl_plan import FAMILY_TRACKS, STAGES, family_names, plan
-from trainers.verl_resolve import CREDENTIALS, GPU_CLASSES, ROOTS
+from trainers.verl.check_inputs import PROMPT_TYPES, check_inputs
+from trainers.verl.plan import FAMILY_TRACKS, STAGES, family_names, plan
+from trainers.verl.resolve import CREDENTIALS, GPU_CLASSES, ROOTS
 
 
 class ListingCommand(TyperCommand):

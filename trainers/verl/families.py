@@ -3,13 +3,13 @@
 Stage names are the ones the LMOps families use (OPCD's on-policy / off-policy, OEL's extraction ... evaluation,
 the coach's train ... score, GAD's SeqKD ... eval, OPO's config); rlloop's earlier names stay as aliases. Each
 builder takes the validated `PlanContext` and returns a `FamilyPlan`; what every plan shares (validation, the
-cluster checklist, credentials, placeholders, roots, what is unresolved) is added by `trainers.verl_plan.plan`, and
-the override blocks several families use live in `trainers.verl_builders`.
+cluster checklist, credentials, placeholders, roots, what is unresolved) is added by `trainers.verl.plan.plan`, and
+the override blocks several families use live in `trainers.verl.builders`.
 """
 
 from __future__ import annotations
 
-from trainers.verl_builders import (
+from trainers.verl.builders import (
     BENCHMARK_REWARD,
     EVALUATION,
     EXTENSIONS,

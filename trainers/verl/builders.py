@@ -2,10 +2,10 @@
 
 A family is one function `build(ctx) -> FamilyPlan` plus one registration (`@family("name", "stage", ...)`, or an
 entry point in the `rlloop.verl_families` group): the function writes the family's stages in order, and the extra
-prerequisites and notes only that family has; `trainers.verl_plan.plan` adds what every plan shares (validation,
+prerequisites and notes only that family has; `trainers.verl.plan.plan` adds what every plan shares (validation,
 the cluster checklist, credentials, placeholders, roots, what is left unresolved). The registration also names the
 family's tracks and the aliases its stages answer to (rlloop's older stage names). The built-in families are in
-`trainers.verl_families`.
+`trainers.verl.families`.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ SFT = "verl.trainer.sft_trainer"  # verl 0.9: sft_trainer_engine config, multi-t
 MERGER = "verl.model_merger"
 VERL_VERSION = "0.9.1"  # the verl release the plans are written for and checked against (tests/trainers/test_verl_accepts.py)
 EXTENSIONS = (
-    "trainers.verl_ext"  # rlloop's verl extension modules: imported by verl itself, see `extension_env`
+    "trainers.verl.ext"  # rlloop's verl extension modules: imported by verl itself, see `extension_env`
 )
 TRACKS = ("math", "text-game", "system-prompt")  # OPCD's three; a family names the ones it has
 PROMPT_TYPES = ("safety", "medmcqa")  # the system prompts OPCD distils (system-prompt track)
@@ -296,7 +296,7 @@ class FamilyBuilder:
 
 
 def _builtin_families() -> None:
-    import_module("trainers.verl_families")  # its `@family` decorators register the built-ins
+    import_module("trainers.verl.families")  # its `@family` decorators register the built-ins
 
 
 FAMILIES: Registry[FamilyBuilder] = Registry(
@@ -423,7 +423,7 @@ def extension_env() -> list[str]:
 def distill_overrides() -> list[str]:
     """rlloop's OPCD on verl: the frozen reference (the start model) scores each sampled token, verl puts
     -(log p_student - log p_reference) into the token rewards (k1 KL in the reward, coefficient 1, no task
-    reward), and the `opcd` advantage estimator (trainers.verl_ext.opcd) keeps it per token, which makes the
+    reward), and the `opcd` advantage estimator (trainers.verl.ext.opcd) keeps it per token, which makes the
     policy gradient the sampled-token estimate of reverse KL(student || teacher). The in-process recipe's top-k
     needs the teacher's logits, which verl's policy loss does not see (the family's notes say so)."""
     return [
@@ -458,7 +458,7 @@ def distill_note(top_k: int) -> str:
     return (
         f"The in-process recipe's distillation loss is top-k reverse KL (k={top_k}) against the frozen teacher "
         "given the context; on verl it is the sampled-token estimate of the same reverse KL (advantage "
-        "-(log p_student - log p_teacher) per token, trainers.verl_ext.opcd)."
+        "-(log p_student - log p_teacher) per token, trainers.verl.ext.opcd)."
     )
 
 

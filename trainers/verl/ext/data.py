@@ -3,8 +3,8 @@
 `add-context`: the teacher's prompts, the experience list or system prompt put in front as a system turn (the
 student's prompt kept in `student_prompt`). `to-sft`: generation output rows -> verl SFT rows, one chat
 `messages` list per response: the student's prompt (without the context), then the response as the assistant turn.
-Usage: python -m trainers.verl_ext.data add-context --context F --input P --output Q
-       python -m trainers.verl_ext.data to-sft --input P --output Q
+Usage: python -m trainers.verl.ext.data add-context --context F --input P --output Q
+       python -m trainers.verl.ext.data to-sft --input P --output Q
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def to_sft(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m trainers.verl_ext.data", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m trainers.verl.ext.data", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     add = commands.add_parser("add-context", help="the teacher's prompts: the context as a system turn")
     add.add_argument("--context", type=Path, required=True)
