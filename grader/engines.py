@@ -18,13 +18,15 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
-from grader.config import EvalConfig
 from grader.prompts import stop_token_ids
 from tasks.plugins import Registry
+
+if TYPE_CHECKING:  # a type only: grader.config imports this module to check `EvalConfig.engine`
+    from grader.config import EvalConfig
 
 
 class GenerationEngine(Protocol):

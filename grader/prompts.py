@@ -6,10 +6,12 @@ files are never used to render), and it must match the template hash pinned in t
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from grader.config import EvalConfig
 from tasks.chat import ChatPrompts
+
+if TYPE_CHECKING:  # a type only: grader.config checks engine names against grader.engines, which imports this
+    from grader.config import EvalConfig
 
 
 def chat_renderer(config: EvalConfig, tokenizer: Any) -> ChatPrompts | None:
