@@ -38,11 +38,11 @@ from rich.markup import escape
 from agent.agent_failure import AgentFailure, diagnose
 from agent.autorl import AutoRLAdapter, init_run_meta, update_run_meta
 from agent.config import RunConfig
-from agent.finish import FINISH_RESERVE_S, close_tracking, final_figures, read_final, write_ending
+from agent.finish import FINISH_RESERVE_S, close_tracking, read_final, write_ending
 from agent.grading import GraderProcess
 from agent.interrupts import RunInterrupted, interrupts_in_main_thread
 from agent.reporting import Reporter
-from agent.results import ResultRow
+from agent.results import ResultRow, final_figures
 from agent.startup import locate_run, open_sandbox, record_run
 from agent.tracking import Tracker
 from agent.trials import TRAIN_ENV

@@ -1,10 +1,8 @@
 """The end of a run, the research loop's and an external agent's alike: the grader's final numbers, the results.csv
 row, summary.json, the score plot, the MLflow parent closed, and the summary a person reads.
 
-The one rule for a run's numbers (`final_figures`): they come from the grader's finalize, never from files in the
-workspace. When the run splits the hidden test set, the best submission is chosen on the public part and reported
-on the private part it never saw (`final_private_score` against `baseline_private_score`); without the split, or
-when the grader could not be read, the public numbers (`best_score`, `baseline_score`), then the loop's own.
+A run's numbers come from the grader's finalize, never from files in the workspace: its `reported` figures, by the
+one score rule (`grader.figures`), read by `agent.results.final_figures`; the row is `agent.results.result_row`.
 """
 
 from __future__ import annotations
@@ -34,33 +32,6 @@ def read_final(reporter: Reporter, finalize: Callable[[], dict[str, Any]]) -> di
     except (GraderError, OSError, httpx.HTTPError) as exc:
         reporter.warn(f"could not read final results from the grader: {exc}")
         return {}
-
-
-def final_figures(
-    final: Mapping[str, Any],
-    *,
-    baseline: float | None = None,
-    best: float | None = None,
-    submissions: int = 0,
-) -> dict[str, Any]:
-    """The results row's score columns from the grader's finalize answer (see the module's rule); `baseline`,
-    `best` and `submissions` are the run's own figures, used where the grader gave none."""
-    base = _first(final, "baseline_private_score", "baseline_score", default=baseline)
-    top = _first(final, "final_private_score", "best_score", default=best)
-    return {
-        "baseline": base,
-        "best_score": top,
-        "improvement": (top - base) if top is not None and base is not None else None,
-        "submissions": int(_first(final, "total_submissions", default=submissions) or 0),
-    }
-
-
-def _first(data: Mapping[str, Any], *keys: str, default: Any = None) -> Any:
-    for key in keys:
-        value = data.get(key)
-        if value is not None:
-            return float(value)
-    return default
 
 
 def write_ending(
@@ -233,11 +204,11 @@ def print_summary(reporter: Reporter, values: Mapping[str, Any], summary: Mappin
     else:
         reporter.info("no submission beat the baseline")
     grader = summary.get("grader") or {}
-    if grader.get("public_private_split") and grader.get("final_private_score") is not None:
-        private, private_base = grader["final_private_score"], grader.get("baseline_private_score") or 0.0
+    reported = grader.get("reported") or {}
+    if reported.get("scored_on") == "private" and grader.get("best_submission_id") is not None:
         reporter.info(
-            f"on the private half of the test set (never used to choose): best {private:.3f} vs baseline "
-            f"{private_base:.3f}, {100 * (private - private_base):+.1f} points"
+            f"on the private half of the test set (never used to choose): best {reported['best']:.3f} vs baseline "
+            f"{reported['baseline']:.3f}, {100 * reported['improvement']:+.1f} points"
         )
     found = summary.get("best_checkpoint") or {}
     if found.get("verified"):

@@ -2,6 +2,8 @@
 
 `ResultRow` is the row; its fields are the file's columns, in order, so the two can never drift apart. Scores are
 written with four decimals and a missing value as an empty cell, in the file and in the run's summary.json alike.
+`final_figures` is the one reader of a run's numbers: the figures the grader's finalize reports (`grader.figures`,
+the score rule), never recomputed here.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import IO, Any
 
 from pydantic import BaseModel, Field, field_serializer
 
+from grader.figures import RunFigures, run_figures
 from tasks.atomic import atomic_write
 
 
@@ -24,8 +27,8 @@ def _now() -> str:
 
 
 class ResultRow(BaseModel):
-    """One run's line in results.csv. The score columns follow `agent.finish.final_figures` (the one place that
-    decides which of the grader's numbers a run is reported by)."""
+    """One run's line in results.csv. The score columns are `final_figures`: the numbers
+    the grader's finalize reports, by the one score rule in `grader.figures`."""
 
     run_id: str
     timestamp: str = Field(default_factory=_now)
@@ -51,6 +54,48 @@ class ResultRow(BaseModel):
 
 
 RESULTS_COLUMNS: list[str] = list(ResultRow.model_fields)
+
+
+def final_figures(
+    final: Mapping[str, Any],
+    *,
+    baseline: float | None = None,
+    best: float | None = None,
+    submissions: int = 0,
+) -> dict[str, Any]:
+    """The row's score columns from the grader's finalize answer: its `reported` figures. Where the grader gave
+    none (it could not be read, or an interrupted run keeps it open), the run's own public `baseline` and `best`
+    under the same rule; `submissions` is the run's own count, used where the grader gave none."""
+    figures: RunFigures | None = None
+    if final.get("reported"):
+        figures = RunFigures.model_validate(final["reported"])
+    elif baseline is not None:
+        figures = run_figures(float(baseline), None if best is None else float(best))
+    count = final.get("total_submissions")
+    return {
+        "baseline": figures.baseline if figures else None,
+        "best_score": figures.best if figures else best,
+        "improvement": figures.improvement if figures else None,
+        "submissions": int(count if count is not None else submissions or 0),
+    }
+
+
+def summary_figures(summary: Mapping[str, Any]) -> dict[str, Any]:
+    """A finished run's figures from its summary.json: the grader's reported ones, else its results row's."""
+    return final_figures(
+        summary.get("grader") or {},
+        baseline=_number(summary.get("baseline")),
+        best=_number(summary.get("best_score")),
+        submissions=int(_number(summary.get("submissions")) or 0),
+    )
+
+
+def _number(value: Any) -> float | None:
+    """A score as summary.json holds it (a float, or the row's four-decimal text; empty: none)."""
+    try:
+        return None if value in (None, "") else float(value)
+    except (TypeError, ValueError):
+        return None
 
 
 def append_result_row(results_csv: Path, row: ResultRow | Mapping[str, Any]) -> None:
