@@ -42,7 +42,7 @@ from agent.finish import FINISH_RESERVE_S, close_tracking, read_final, write_end
 from agent.grading import GraderProcess
 from agent.interrupts import RunInterrupted, interrupts_in_main_thread
 from agent.reporting import Reporter
-from agent.results import ResultRow, final_figures
+from agent.results import final_figures, result_row
 from agent.startup import locate_run, open_sandbox, record_run
 from agent.tracking import Tracker
 from agent.trials import TRAIN_ENV
@@ -397,17 +397,15 @@ def _finalize(
     """Everything reported comes from the grader's finalize, as for built-in runs (`agent.finish`)."""
     final = read_final(reporter, lambda: grader.finalize() if _alive(grader) else {})
     success = bool(result is not None and result.ok)
-    row = ResultRow(
-        run_id=paths.run_id,
-        task=config.benchmark,
-        agent=spec.name,
-        base_model=config.base_model,
-        **final_figures(final),
-        duration_s=round(time.monotonic() - started, 1),
+    row = result_row(
+        config,
+        paths,
         success=success,
-        workspace=str(paths.workspace),
+        figures=final_figures(final),
+        external=spec.name,
+        duration_s=round(time.monotonic() - started, 1),
         isolation=isolation,
-        error="" if success else (failure.error if failure is not None else reason),
+        error=failure.error if failure is not None else reason,
     )
     scores = [float(s["score"]) for s in final.get("score_trajectory", []) if s.get("score") is not None]
     extra = {

@@ -16,7 +16,7 @@ import httpx
 from agent.config import RunConfig
 from agent.grading import GraderError
 from agent.reporting import Reporter, flagged_report, plot_scores
-from agent.results import ResultRow, append_result_row
+from agent.results import ResultRow, append_result_row, result_row
 from agent.tracking import Tracker
 from agent.workspace import RunPaths
 from sandbox import untrusted
@@ -119,7 +119,8 @@ def submission_summary(trials: Sequence[Mapping[str, Any]], policy: str) -> dict
 
 
 def interrupted_before_start(config: RunConfig, paths: RunPaths, reason: str) -> dict[str, Any]:
-    """Interrupted before the loop began (building the model, starting up): still one results row."""
+    """Interrupted before the loop began (building the model, starting up): still one results row (no sandbox was
+    opened yet, so no isolation to report)."""
     return ended_early(config, paths, status="interrupted", reason=reason)
 
 
@@ -129,19 +130,13 @@ def error_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0]}"[:500] if text else type(exc).__name__
 
 
-def ended_early(config: RunConfig, paths: RunPaths, *, status: str, reason: str) -> dict[str, Any]:
+def ended_early(
+    config: RunConfig, paths: RunPaths, *, status: str, reason: str, isolation: str | None = None
+) -> dict[str, Any]:
     """A run that ended before its loop's finish (interrupted before it began, or failed on an error): its results
-    row (success false, the reason as `error`) and summary.json, so every run that stopped says how."""
-    row = ResultRow(
-        run_id=paths.run_id,
-        task=config.benchmark,
-        agent=config.agent_name,
-        driver_model=config.driver_model or "",
-        base_model=config.base_model,
-        success=False,
-        workspace=str(paths.workspace),
-        error=reason,
-    )
+    row (success false, the reason as `error`, the sandbox's `isolation` once one was opened) and summary.json, so
+    every run that stopped says how."""
+    row = result_row(config, paths, success=False, isolation=isolation, error=reason)
     summary, _ = write_ending(paths, row, status=status, reason=reason, extra={"error": reason})
     return summary
 

@@ -31,7 +31,7 @@ from agent.interrupts import failpoint
 from agent.llm.errors import LLMBudgetExhaustedError, LLMUnavailableError
 from agent.proposers.base import Proposal, ProposalContext, SearchDone, TrialRecord
 from agent.reporting import submission_flags
-from agent.results import ResultRow, final_figures
+from agent.results import final_figures, result_row
 from agent.submission import Screened
 from agent.tracking import traced_nodes
 from agent.trials import TrialSetupError, outcome
@@ -400,19 +400,14 @@ class Research(Screened):
             best=state.get("best_score"),
             submissions=state.get("submissions", 0),
         )
-        builtin = self.proposer.name == "builtin"
-        row = ResultRow(
-            run_id=self.paths.run_id,
-            task=self.config.benchmark,
-            agent=self.config.agent_name if builtin else f"rlloop-{self.proposer.name}",
-            driver_model=self.config.driver_model or "",
-            base_model=self.config.base_model,
-            **figures,
-            duration_s=round(self.used_s(state), 1),
+        row = result_row(
+            self.config,
+            self.paths,
             success=success,
-            workspace=str(self.paths.workspace),
+            figures=figures,
+            duration_s=round(self.used_s(state), 1),
             isolation=self.isolation,
-            error="" if success else reason,
+            error=reason,
         )
         summary, plot = write_ending(
             self.paths,

@@ -2,7 +2,19 @@
 
 from __future__ import annotations
 
-from agent.results import RESULTS_COLUMNS, ResultRow, final_figures, summary_figures
+from pathlib import Path
+
+from agent.config import RunConfig
+from agent.finish import ended_early
+from agent.results import (
+    RESULTS_COLUMNS,
+    ResultRow,
+    final_figures,
+    read_results,
+    result_row,
+    summary_figures,
+)
+from agent.workspace import RunPaths
 
 
 def test_the_rows_figures_are_the_graders_reported_ones() -> None:
@@ -53,6 +65,31 @@ def test_a_summary_without_reported_figures_gives_its_rows() -> None:
         "improvement": 0.0,
         "submissions": 1,
     }
+
+
+def test_one_builder_names_the_agent_and_keeps_isolation(tmp_path: Path) -> None:
+    paths = RunPaths(tmp_path, "r1")
+    builtin = RunConfig(home=tmp_path, agent_name="mine")
+    assert result_row(builtin, paths, success=True).agent == "mine"
+    llm = RunConfig(home=tmp_path, proposer="llm", driver_model="gpt-x")
+    row = result_row(llm, paths, success=False, isolation="namespaces", error="boom")
+    assert (row.agent, row.driver_model, row.isolation, row.error) == (
+        "rlloop-llm",
+        "gpt-x",
+        "namespaces",
+        "boom",
+    )
+    external = result_row(llm, paths, success=True, external="Example Agent", error="ignored")
+    assert (external.agent, external.driver_model, external.error) == ("Example Agent", "", "")
+    # a run that failed early: the same agent rule and the sandbox's isolation as any other row
+    summary = ended_early(llm, paths, status="failed", reason="boom", isolation="container")
+    assert summary["agent"] == "rlloop-llm" and summary["isolation"] == "container"
+    (written,) = read_results(tmp_path / "results.csv")
+    assert (
+        written["agent"] == "rlloop-llm"
+        and written["isolation"] == "container"
+        and written["error"] == "boom"
+    )
 
 
 def test_the_row_is_the_csv_columns_with_four_decimal_scores() -> None:
