@@ -304,18 +304,7 @@ def run_external(
         f"[bold]rlloop[/bold] external agent {spec.name!r} on {config.benchmark} ({run_id}), {sandbox.name}"
     )
     started = time.monotonic()
-    grader = GraderProcess.load_or_create(
-        paths,
-        benchmark=config.benchmark,
-        base_model=base_model,
-        max_submissions=config.max_submissions,
-        min_interval_s=config.min_submit_interval,
-        public_fraction=config.public_fraction,
-        eval_limit=config.eval_limit,
-        eval_batch_size=config.eval_batch_size,
-        test_seed=config.test_seed,
-        isolation=isolation_of(sandbox),
-    )
+    grader = agent_grader(config, paths, base_model, isolation_of(sandbox))
     tracker = Tracker(config.tracking_uri, home / "mlartifacts")
     relay: TokenRelay | None = None
     result: SandboxResult | None = None
@@ -378,6 +367,14 @@ def run_external(
         grader.stop()
         reporter.close()
     return summary
+
+
+def agent_grader(config: RunConfig, paths: RunPaths, base_model: Path, isolation: str) -> GraderProcess:
+    """The agent's grader, configured as a research run's is (prompt format included: an agent on a chat run is
+    graded with chat prompts); its submission cap is the config's alone, as there is no loop to size it."""
+    return GraderProcess.for_run(
+        paths, config, base_model=base_model, isolation=isolation, max_submissions=config.max_submissions
+    )
 
 
 def _finalize(

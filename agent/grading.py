@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 
 from agent.children import Child, alive, kill_tree, spawn_child
+from agent.config import RunConfig
 from agent.workspace import RunPaths, atomic_write_json
 from sandbox.devices import DevicePlan, plan_devices
 
@@ -108,6 +109,34 @@ class GraderProcess:
     def proc(self) -> subprocess.Popen[bytes] | None:
         """The server's process, once started."""
         return self.child.proc if self.child is not None else None
+
+    @classmethod
+    def for_run(
+        cls,
+        paths: RunPaths,
+        config: RunConfig,
+        *,
+        base_model: Path,
+        isolation: str,
+        max_submissions: int | None,
+    ) -> GraderProcess:
+        """The grader of a run, the research loop's or an external agent's: the one place a run's settings
+        (benchmark, limits, public split, test seed, eval size, prompt format) become the grader's config.
+        `max_submissions` is the caller's cap (the loop sizes it from its trials; an agent has only the config's)."""
+        return cls.load_or_create(
+            paths,
+            benchmark=config.benchmark,
+            base_model=base_model,
+            max_submissions=max_submissions,
+            min_interval_s=config.min_submit_interval,
+            public_fraction=config.public_fraction,
+            eval_limit=config.eval_limit,
+            eval_batch_size=config.eval_batch_size,
+            test_seed=config.test_seed,
+            isolation=isolation,
+            prompt_format=config.prompt_format,
+            system_prompt=config.system_prompt,
+        )
 
     @classmethod
     def load_or_create(cls, paths: RunPaths, **kwargs: Any) -> GraderProcess:
