@@ -441,27 +441,22 @@ def agent_sandbox(config: RunConfig, reporter: Reporter) -> Sandbox:
     `--sandbox docker`, or `auto` where Docker is usable, a missing agent image is an error saying how to build it.
     Other backends run the agent as they run trials."""
     from sandbox.images import AGENT_IMAGE
-    from sandbox.registry import get_sandbox
+    from sandbox.registry import get_sandbox, resolve_auto
 
     if config.sandbox not in ("docker", "auto"):
         return open_sandbox(config, reporter, require_isolation=True)
     problem = missing_agent_image(config.sandbox)
     if problem is not None:
         raise AgentImageMissingError(problem)
-    if docker_usable(AGENT_IMAGE):
+    if resolve_auto(AGENT_IMAGE).name == "docker":  # docker usable with the agent image
         return get_sandbox("docker", image=AGENT_IMAGE)
     return open_sandbox(config, reporter, require_isolation=True)
 
 
-def docker_usable(image: str) -> bool:
-    from sandbox.status import docker_status
-
-    return docker_status(image).usable
-
-
 def missing_agent_image(sandbox: str) -> str | None:
     """Why external agents cannot run with `sandbox` here (Docker chosen, agent image not built), else None."""
-    from sandbox.images import AGENT_IMAGE, TRAINER_IMAGE
+    from sandbox.images import AGENT_IMAGE
+    from sandbox.registry import resolve_auto
     from sandbox.status import docker_status
 
     if sandbox not in ("docker", "auto"):
@@ -469,7 +464,7 @@ def missing_agent_image(sandbox: str) -> str | None:
     status = docker_status(AGENT_IMAGE)
     if status.image_present or not status.engine_reachable:
         return None
-    if sandbox == "docker" or docker_status(TRAINER_IMAGE).usable:  # auto would pick docker
+    if sandbox == "docker" or resolve_auto().name == "docker":  # auto would pick docker
         return (
             f"external agents run in the image {AGENT_IMAGE} (the trainer image plus AutoRL-Bench's agent "
             "packages), which is not built: run `rlloop sandbox build --agent`"
