@@ -15,10 +15,11 @@ from typing import Any
 
 import httpx
 
-from agent.children import Child, alive, kill_tree, spawn_child
+from agent.children import Child, kill_tree, spawn_child
 from agent.config import RunConfig
 from agent.workspace import RunPaths, atomic_write_json
 from sandbox.devices import DevicePlan, plan_devices
+from tasks import procfs
 
 STALE_GRACE_S = 3.0  # a stale grader busy in an evaluation gets this long after SIGTERM, then SIGKILL
 
@@ -29,14 +30,14 @@ def stop_stale_grader(paths: RunPaths) -> str | None:
     pid_file = paths.grader_dir / "server.pid"
     try:
         pid = int(pid_file.read_text())
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
     except (OSError, ValueError):
         return None
-    if b"grader" not in cmdline or str(paths.grader_dir).encode() not in cmdline:
+    cmdline = procfs.cmdline(pid)
+    if cmdline is None or b"grader" not in cmdline or str(paths.grader_dir).encode() not in cmdline:
         return None  # the pid is some other process's by now
     kill_tree(pid, grace_s=STALE_GRACE_S)  # it, and whatever it started
     deadline = time.monotonic() + 5.0
-    while alive(pid) and time.monotonic() < deadline:
+    while procfs.alive(pid) and time.monotonic() < deadline:
         time.sleep(0.05)
     return f"grader process (pid {pid})"
 

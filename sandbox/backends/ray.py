@@ -23,9 +23,10 @@ import time
 import uuid
 from typing import Any
 
-from sandbox import namespaces, procs, supervise
+from sandbox import namespaces, supervise
 from sandbox.base import SandboxRequest, SandboxResult
 from sandbox.registry import SANDBOXES, resolve_auto
+from tasks import procfs
 
 MARKER_ENV = "RLLOOP_RAY_TRIAL"
 MARKER_LABEL = "rlloop.ray_trial"
@@ -180,7 +181,7 @@ def _trial_task(request_json: str, inner: str) -> dict[str, Any]:
 
 
 def _marked_pids(marker: str) -> set[int]:
-    return {pid for pid, value in procs.with_env(MARKER_ENV).items() if value == marker} - {os.getpid()}
+    return {pid for pid, value in procfs.with_env(MARKER_ENV).items() if value == marker} - {os.getpid()}
 
 
 def watch(worker_pid: int, marker: str, poll_s: float = 0.5) -> int:
