@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from agent.children import Child, spawn_child
 from agent.sweeps.worker import Outcome, WorkerPayload, outcome_path
 from sandbox import untrusted
+from tasks import procfs
 from tasks.plugins import Registry
 
 if TYPE_CHECKING:
@@ -169,8 +170,9 @@ def _wait_for_previous(payload: WorkerPayload, timeout_s: float = 90.0) -> None:
     while time.monotonic() < deadline:
         try:
             pid = int(pid_file.read_text().strip())
-            os.kill(pid, 0)
         except (OSError, ValueError):
+            return
+        if not procfs.alive(pid):
             return
         time.sleep(0.5)
 

@@ -187,11 +187,7 @@ def _marked_pids(marker: str) -> set[int]:
 def watch(worker_pid: int, marker: str, poll_s: float = 0.5) -> int:
     """Wait for the worker to die, then kill what its trial left. Exits quietly on SIGTERM (trial ended)."""
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    while True:
-        try:
-            os.kill(worker_pid, 0)
-        except ProcessLookupError:
-            break
+    while procfs.alive(worker_pid):
         time.sleep(poll_s)
     killed = 0
     for _ in range(3):  # a second pass catches children forked while the first was killing

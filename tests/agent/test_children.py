@@ -267,6 +267,9 @@ def test_interrupt_lets_the_child_stop_its_own_way_then_kills_what_is_left(tmp_p
     assert polite.interrupt(grace_s=10.0) == 0 and said.read_text().strip() == "bye"
     assert not still_alive(left, within_s=5.0)
     stubborn = spawn_child(["sh", "-c", "trap '' TERM; sleep 300 & wait"], keeper=False)
+    deadline = time.monotonic() + 10
+    while not tree(stubborn.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)  # its trap is set once its sleep runs
     started_at = time.monotonic()
     assert stubborn.interrupt(grace_s=0.5) == -signal.SIGKILL and time.monotonic() - started_at < 5
 
