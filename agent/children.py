@@ -1,11 +1,13 @@
-"""Child processes that never outlive the command that started them: the one way rlloop starts a server it owns
-(`rlloop ui`'s MLflow, `rlloop grade serve`'s grader, a run's grader).
+"""Child processes and how they end: the one way rlloop starts a process it owns (`rlloop ui`'s MLflow, `rlloop
+grade serve`'s grader, a run's grader, a sweep's workers, the service's run workers) and stops it.
 
 A child runs in a session of its own, so one signal reaches everything it starts (MLflow's server workers and job
 consumers, a grader's helpers) and a Ctrl-C in the terminal reaches only us, and with a parent-death signal, so it
 stops even when its parent is killed with SIGKILL. Stopping it stops its whole tree: its process group, and every
 process below it found in /proc (helpers that moved to a group or session of their own). A keeper process stops the
-group when the parent dies without a chance to (SIGKILL): a parent-death signal reaches the child only.
+group when the parent dies without a chance to (SIGKILL): a parent-death signal reaches the child only. A sweep's
+worker gets the death signal without a keeper (it needs time to finalize its run); the service's run workers get
+neither, as they outlive the service on purpose.
 
 `spawn_child` starts one and returns a `Child` to stop later; `run_child` runs one to its end in the foreground,
 passing SIGTERM, SIGINT (Ctrl-C) and SIGHUP on to it.
@@ -22,6 +24,7 @@ from collections.abc import Callable, Iterable, Sequence
 from types import FrameType
 from typing import Any
 
+from tasks import procfs
 from tasks.lifetime import become_subreaper, die_with_parent
 
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
@@ -34,50 +37,21 @@ KEEPER = (
 )
 
 
-# ---- the process table ---------------------------------------------------------------------------------------------
-def _table() -> dict[int, tuple[bytes, int, int]]:
-    """Every process: pid -> (state, parent pid, process group), read from /proc/PID/stat."""
-    table: dict[int, tuple[bytes, int, int]] = {}
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/stat", "rb") as f:
-                fields = f.read().rsplit(b")", 1)[1].split()
-            table[int(entry.name)] = (fields[0], int(fields[1]), int(fields[2]))
-        except (OSError, IndexError, ValueError):
-            continue
-    return table
-
-
+# ---- the process table (tasks.procfs: one reader, one rule for a process that is gone) ---------------------------
 def tree(root: int, *, group: bool = True) -> set[int]:
     """The live processes below `root`: its children, theirs, and so on, and (with `group`) the members of the
     process group `root` leads, with what lies below them. Zombies do not count: they are gone but for their exit
     status."""
-    table = _table()
-    found = {pid for pid, (_, _, pgid) in table.items() if group and pgid == root and pid != root}
+    table = procfs.table()
+    found = {pid for pid, p in table.items() if group and p.pgid == root and pid != root}
     frontier = [root, *found]
     while frontier:
         parent = frontier.pop()
-        for pid, (_, ppid, _) in table.items():
-            if ppid == parent and pid not in found and pid != root:
+        for pid, p in table.items():
+            if p.ppid == parent and pid not in found and pid != root:
                 found.add(pid)
                 frontier.append(pid)
-    return {pid for pid in found if table[pid][0] != b"Z"}
-
-
-def alive(pid: int) -> bool:
-    """Running (a zombie waiting for its parent does not count)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
-    except (OSError, IndexError):
-        return False
-
-
-def group_alive(pgid: int) -> bool:
-    """Whether a process of the group is still running (zombies do not count)."""
-    return any(group == pgid and state != b"Z" for state, _, group in _table().values())
+    return {pid for pid in found if not table[pid].gone}
 
 
 def _signal(pids: Iterable[int], sig: int) -> None:
@@ -89,7 +63,7 @@ def _signal(pids: Iterable[int], sig: int) -> None:
 def kill_tree(root: int, grace_s: float = 5.0, first: int = signal.SIGTERM) -> None:
     """Stop `root`, its process group and every process below it (see `tree`): `first` to all, up to `grace_s`
     for them to go, then SIGKILL to what is left."""
-    _kill_all(lambda: tree(root) | ({root} if alive(root) else set()), grace_s, first, group=root)
+    _kill_all(lambda: tree(root) | ({root} if procfs.alive(root) else set()), grace_s, first, group=root)
 
 
 def _kill_all(scan: Callable[[], set[int]], grace_s: float, first: int, group: int | None = None) -> None:
@@ -103,9 +77,9 @@ def _kill_all(scan: Callable[[], set[int]], grace_s: float, first: int, group: i
     _signal(targets, first)
     deadline = time.monotonic() + grace_s
     while True:
-        for pid in [p for p in targets if alive(p)]:
+        for pid in [p for p in targets if procfs.alive(p)]:
             targets |= tree(pid)
-        targets = {pid for pid in targets | scan() if alive(pid)}
+        targets = {pid for pid in targets | scan() if procfs.alive(pid)}
         if not targets or time.monotonic() >= deadline:
             break
         time.sleep(0.05)
@@ -135,8 +109,17 @@ class Child:
 
     def send(self, sig: int) -> None:
         """Send `sig` to the child's process group (all of it that stayed in the group)."""
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.proc.pid, sig)
+        signal_group(self.proc.pid, sig)
+
+    def interrupt(self, grace_s: float = 60.0) -> int:
+        """SIGTERM to the child alone, which stops what it started its own way (a sweep's run ends its trial and
+        writes its results row); what is left of its tree after `grace_s` is killed. Returns its exit code."""
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.send_signal(signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=grace_s)
+        return self.stop(grace_s=0.0, first=signal.SIGKILL)
 
     def stop(self, grace_s: float = 10.0, first: int = signal.SIGTERM) -> int:
         """End the child and its whole tree (`first`, then SIGKILL after `grace_s`); returns its exit code."""
@@ -148,24 +131,46 @@ class Child:
         return code
 
 
-def spawn_child(cmd: Sequence[str], *, death_signal: int = signal.SIGTERM, **popen_kw: Any) -> Child:
+def spawn_child(
+    cmd: Sequence[str], *, death_signal: int | None = signal.SIGTERM, keeper: bool = True, **popen_kw: Any
+) -> Child:
     """Start `cmd` in a session of its own, with `death_signal` as its parent-death signal and a keeper that stops
-    its group when we die. `popen_kw` goes to `subprocess.Popen` (stdout, env, cwd, ...)."""
-    keeper = _start_keeper()  # first: a kill that comes while the child starts still reaches all of it
-    arm = die_with_parent(death_signal)
+    its group when we die. `popen_kw` goes to `subprocess.Popen` (stdout, env, cwd, ...).
+
+    `keeper=False`: the death signal alone, for a child that must be left time to stop its own way (a sweep worker
+    finalizing its run). `death_signal=None` and `keeper=False`: a child that outlives us on purpose (the service's
+    run workers, adopted by the next service)."""
+    kept = (
+        _start_keeper() if keeper else None
+    )  # first: a kill that comes while the child starts reaches all of it
+    arm = die_with_parent(death_signal) if death_signal is not None else None
 
     def prepare() -> None:  # in the child, before its program starts
-        arm()
-        if keeper is not None:  # the keeper learns the group before the program can start anything
+        if arm is not None:
+            arm()
+        if kept is not None:  # the keeper learns the group before the program can start anything
             with contextlib.suppress(OSError):
-                os.write(keeper[1], f"{os.getpid()}\n".encode())
+                os.write(kept[1], f"{os.getpid()}\n".encode())
 
+    preexec = prepare if arm is not None or kept is not None else None
     try:
-        proc = subprocess.Popen(list(cmd), start_new_session=True, preexec_fn=prepare, **popen_kw)
+        proc = subprocess.Popen(list(cmd), start_new_session=True, preexec_fn=preexec, **popen_kw)
     except BaseException:
-        _stop_keeper(keeper)
+        _stop_keeper(kept)
         raise
-    return Child(proc, keeper)
+    return Child(proc, kept)
+
+
+def signal_group(pgid: int, sig: int) -> None:
+    """Send `sig` to the process group a child leads (its own session's); to the leader alone where the group
+    cannot be signalled. A group that is gone is left alone."""
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        pass
+    except PermissionError:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pgid, sig)
 
 
 def run_child(cmd: Sequence[str], *, grace_s: float = 10.0, **popen_kw: Any) -> int:
@@ -218,8 +223,8 @@ def _stop_orphans() -> None:
     """Stop the helpers reparented to us (we are their subreaper) and collect their exit status."""
     me = os.getpid()
     _kill_all(lambda: tree(me, group=False), grace_s=2.0, first=signal.SIGTERM)
-    for pid, (state, ppid, _) in _table().items():
-        if ppid == me and state == b"Z":
+    for pid, p in procfs.table().items():
+        if p.ppid == me and p.gone:
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, os.WNOHANG)
 

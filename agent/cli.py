@@ -68,11 +68,11 @@ def _execute(config: RunConfig, resume_run_id: str | None = None) -> None:
     from agent.models import ModelNotFoundError
     from agent.runner import execute
     from agent.workspace import HomeNotWritableError
-    from grader.benchmarks import UnknownBenchmarkError
+    from tasks.plugins import UnknownPluginError
 
     try:
         summary = execute(config, resume_run_id=resume_run_id)
-    except (UnknownBenchmarkError, ModelNotFoundError, HomeNotWritableError, GraderError) as exc:
+    except (UnknownPluginError, ModelNotFoundError, HomeNotWritableError, GraderError) as exc:
         fail(str(exc))
         return
     except (FileNotFoundError, FileExistsError, ValueError) as exc:
@@ -347,13 +347,14 @@ def grade_serve(
     from agent.grading import free_port
     from agent.models import ModelNotFoundError, resolve_base_model
     from agent.workspace import atomic_write_json, ensure_home, new_run_id
-    from grader.benchmarks import UnknownBenchmarkError, get_benchmark
+    from grader.benchmarks import get_benchmark
+    from tasks.plugins import UnknownPluginError
 
     root = ensure_home(_home(home))
     try:
         get_benchmark(benchmark)
         model = resolve_base_model(base_model, root)
-    except (UnknownBenchmarkError, ModelNotFoundError) as exc:
+    except (UnknownPluginError, ModelNotFoundError) as exc:
         fail(str(exc))
         return
     grader_id = run_id or f"grade-{new_run_id(benchmark)}"

@@ -1,4 +1,8 @@
-"""Run configuration: one pydantic model, filled from a file, `RLLOOP_*` env vars and CLI flags of the same names."""
+"""Run configuration: one pydantic model, filled from a file, `RLLOOP_*` env vars and CLI flags of the same names.
+
+Every field that names an extension (benchmark, recipes, sandbox, proposer) is checked against its registry when the
+model is built, wherever it is built (CLI, config file, env vars, the service, a sweep's worker): a bad name fails at
+once with the known names, never after the baseline was graded."""
 
 from __future__ import annotations
 
@@ -169,6 +173,24 @@ class RunConfig(BaseSettings):
                 f"unknown approval policy {value!r}; use never, always, code, budget or a comma list"
             )
         return ",".join(parts)
+
+    @field_validator("benchmark")
+    @classmethod
+    def _benchmark(cls, value: str) -> str:
+        from tasks.registry import BENCHMARKS
+
+        return BENCHMARKS.check(value)
+
+    @field_validator("recipes")
+    @classmethod
+    def _recipes(cls, value: str | None) -> str | None:
+        """A comma list of registered recipes, each checked now: a bad name fails before the baseline is graded."""
+        if value is None:
+            return None
+        from trainers.registry import RECIPES
+
+        names = [RECIPES.check(name.strip()) for name in value.split(",") if name.strip()]
+        return ",".join(names) or None
 
     @field_validator("sandbox")
     @classmethod

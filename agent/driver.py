@@ -92,7 +92,8 @@ def execute(
             reason = error_line(exc)
             reporter.error(f"the run failed: {reason}")
             with contextlib.suppress(Exception):  # the error itself is what the caller must see
-                ended_early(config, paths, status="failed", reason=reason)
+                isolation = research.isolation if research is not None else None
+                ended_early(config, paths, status="failed", reason=reason, isolation=isolation)
         reporter.close()
         raise
     research.close()

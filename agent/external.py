@@ -38,11 +38,11 @@ from rich.markup import escape
 from agent.agent_failure import AgentFailure, diagnose
 from agent.autorl import AutoRLAdapter, init_run_meta, update_run_meta
 from agent.config import RunConfig
-from agent.finish import FINISH_RESERVE_S, close_tracking, final_figures, read_final, write_ending
+from agent.finish import FINISH_RESERVE_S, close_tracking, read_final, write_ending
 from agent.grading import GraderProcess
 from agent.interrupts import RunInterrupted, interrupts_in_main_thread
 from agent.reporting import Reporter
-from agent.results import ResultRow
+from agent.results import final_figures, result_row
 from agent.startup import locate_run, open_sandbox, record_run
 from agent.tracking import Tracker
 from agent.trials import TRAIN_ENV
@@ -304,18 +304,7 @@ def run_external(
         f"[bold]rlloop[/bold] external agent {spec.name!r} on {config.benchmark} ({run_id}), {sandbox.name}"
     )
     started = time.monotonic()
-    grader = GraderProcess.load_or_create(
-        paths,
-        benchmark=config.benchmark,
-        base_model=base_model,
-        max_submissions=config.max_submissions,
-        min_interval_s=config.min_submit_interval,
-        public_fraction=config.public_fraction,
-        eval_limit=config.eval_limit,
-        eval_batch_size=config.eval_batch_size,
-        test_seed=config.test_seed,
-        isolation=isolation_of(sandbox),
-    )
+    grader = agent_grader(config, paths, base_model, isolation_of(sandbox))
     tracker = Tracker(config.tracking_uri, home / "mlartifacts")
     relay: TokenRelay | None = None
     result: SandboxResult | None = None
@@ -380,6 +369,14 @@ def run_external(
     return summary
 
 
+def agent_grader(config: RunConfig, paths: RunPaths, base_model: Path, isolation: str) -> GraderProcess:
+    """The agent's grader, configured as a research run's is (prompt format included: an agent on a chat run is
+    graded with chat prompts); its submission cap is the config's alone, as there is no loop to size it."""
+    return GraderProcess.for_run(
+        paths, config, base_model=base_model, isolation=isolation, max_submissions=config.max_submissions
+    )
+
+
 def _finalize(
     config: RunConfig,
     paths: RunPaths,
@@ -397,17 +394,15 @@ def _finalize(
     """Everything reported comes from the grader's finalize, as for built-in runs (`agent.finish`)."""
     final = read_final(reporter, lambda: grader.finalize() if _alive(grader) else {})
     success = bool(result is not None and result.ok)
-    row = ResultRow(
-        run_id=paths.run_id,
-        task=config.benchmark,
-        agent=spec.name,
-        base_model=config.base_model,
-        **final_figures(final),
-        duration_s=round(time.monotonic() - started, 1),
+    row = result_row(
+        config,
+        paths,
         success=success,
-        workspace=str(paths.workspace),
+        figures=final_figures(final),
+        external=spec.name,
+        duration_s=round(time.monotonic() - started, 1),
         isolation=isolation,
-        error="" if success else (failure.error if failure is not None else reason),
+        error=failure.error if failure is not None else reason,
     )
     scores = [float(s["score"]) for s in final.get("score_trajectory", []) if s.get("score") is not None]
     extra = {
@@ -446,27 +441,22 @@ def agent_sandbox(config: RunConfig, reporter: Reporter) -> Sandbox:
     `--sandbox docker`, or `auto` where Docker is usable, a missing agent image is an error saying how to build it.
     Other backends run the agent as they run trials."""
     from sandbox.images import AGENT_IMAGE
-    from sandbox.registry import get_sandbox
+    from sandbox.registry import get_sandbox, resolve_auto
 
     if config.sandbox not in ("docker", "auto"):
         return open_sandbox(config, reporter, require_isolation=True)
     problem = missing_agent_image(config.sandbox)
     if problem is not None:
         raise AgentImageMissingError(problem)
-    if docker_usable(AGENT_IMAGE):
+    if resolve_auto(AGENT_IMAGE).name == "docker":  # docker usable with the agent image
         return get_sandbox("docker", image=AGENT_IMAGE)
     return open_sandbox(config, reporter, require_isolation=True)
 
 
-def docker_usable(image: str) -> bool:
-    from sandbox.status import docker_status
-
-    return docker_status(image).usable
-
-
 def missing_agent_image(sandbox: str) -> str | None:
     """Why external agents cannot run with `sandbox` here (Docker chosen, agent image not built), else None."""
-    from sandbox.images import AGENT_IMAGE, TRAINER_IMAGE
+    from sandbox.images import AGENT_IMAGE
+    from sandbox.registry import resolve_auto
     from sandbox.status import docker_status
 
     if sandbox not in ("docker", "auto"):
@@ -474,7 +464,7 @@ def missing_agent_image(sandbox: str) -> str | None:
     status = docker_status(AGENT_IMAGE)
     if status.image_present or not status.engine_reachable:
         return None
-    if sandbox == "docker" or docker_status(TRAINER_IMAGE).usable:  # auto would pick docker
+    if sandbox == "docker" or resolve_auto().name == "docker":  # auto would pick docker
         return (
             f"external agents run in the image {AGENT_IMAGE} (the trainer image plus AutoRL-Bench's agent "
             "packages), which is not built: run `rlloop sandbox build --agent`"

@@ -1,10 +1,8 @@
 """The end of a run, the research loop's and an external agent's alike: the grader's final numbers, the results.csv
 row, summary.json, the score plot, the MLflow parent closed, and the summary a person reads.
 
-The one rule for a run's numbers (`final_figures`): they come from the grader's finalize, never from files in the
-workspace. When the run splits the hidden test set, the best submission is chosen on the public part and reported
-on the private part it never saw (`final_private_score` against `baseline_private_score`); without the split, or
-when the grader could not be read, the public numbers (`best_score`, `baseline_score`), then the loop's own.
+A run's numbers come from the grader's finalize, never from files in the workspace: its `reported` figures, by the
+one score rule (`grader.figures`), read by `agent.results.final_figures`; the row is `agent.results.result_row`.
 """
 
 from __future__ import annotations
@@ -18,7 +16,7 @@ import httpx
 from agent.config import RunConfig
 from agent.grading import GraderError
 from agent.reporting import Reporter, flagged_report, plot_scores
-from agent.results import ResultRow, append_result_row
+from agent.results import ResultRow, append_result_row, result_row
 from agent.tracking import Tracker
 from agent.workspace import RunPaths
 from sandbox import untrusted
@@ -34,33 +32,6 @@ def read_final(reporter: Reporter, finalize: Callable[[], dict[str, Any]]) -> di
     except (GraderError, OSError, httpx.HTTPError) as exc:
         reporter.warn(f"could not read final results from the grader: {exc}")
         return {}
-
-
-def final_figures(
-    final: Mapping[str, Any],
-    *,
-    baseline: float | None = None,
-    best: float | None = None,
-    submissions: int = 0,
-) -> dict[str, Any]:
-    """The results row's score columns from the grader's finalize answer (see the module's rule); `baseline`,
-    `best` and `submissions` are the run's own figures, used where the grader gave none."""
-    base = _first(final, "baseline_private_score", "baseline_score", default=baseline)
-    top = _first(final, "final_private_score", "best_score", default=best)
-    return {
-        "baseline": base,
-        "best_score": top,
-        "improvement": (top - base) if top is not None and base is not None else None,
-        "submissions": int(_first(final, "total_submissions", default=submissions) or 0),
-    }
-
-
-def _first(data: Mapping[str, Any], *keys: str, default: Any = None) -> Any:
-    for key in keys:
-        value = data.get(key)
-        if value is not None:
-            return float(value)
-    return default
 
 
 def write_ending(
@@ -148,7 +119,8 @@ def submission_summary(trials: Sequence[Mapping[str, Any]], policy: str) -> dict
 
 
 def interrupted_before_start(config: RunConfig, paths: RunPaths, reason: str) -> dict[str, Any]:
-    """Interrupted before the loop began (building the model, starting up): still one results row."""
+    """Interrupted before the loop began (building the model, starting up): still one results row (no sandbox was
+    opened yet, so no isolation to report)."""
     return ended_early(config, paths, status="interrupted", reason=reason)
 
 
@@ -158,19 +130,13 @@ def error_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0]}"[:500] if text else type(exc).__name__
 
 
-def ended_early(config: RunConfig, paths: RunPaths, *, status: str, reason: str) -> dict[str, Any]:
+def ended_early(
+    config: RunConfig, paths: RunPaths, *, status: str, reason: str, isolation: str | None = None
+) -> dict[str, Any]:
     """A run that ended before its loop's finish (interrupted before it began, or failed on an error): its results
-    row (success false, the reason as `error`) and summary.json, so every run that stopped says how."""
-    row = ResultRow(
-        run_id=paths.run_id,
-        task=config.benchmark,
-        agent=config.agent_name,
-        driver_model=config.driver_model or "",
-        base_model=config.base_model,
-        success=False,
-        workspace=str(paths.workspace),
-        error=reason,
-    )
+    row (success false, the reason as `error`, the sandbox's `isolation` once one was opened) and summary.json, so
+    every run that stopped says how."""
+    row = result_row(config, paths, success=False, isolation=isolation, error=reason)
     summary, _ = write_ending(paths, row, status=status, reason=reason, extra={"error": reason})
     return summary
 
@@ -233,11 +199,11 @@ def print_summary(reporter: Reporter, values: Mapping[str, Any], summary: Mappin
     else:
         reporter.info("no submission beat the baseline")
     grader = summary.get("grader") or {}
-    if grader.get("public_private_split") and grader.get("final_private_score") is not None:
-        private, private_base = grader["final_private_score"], grader.get("baseline_private_score") or 0.0
+    reported = grader.get("reported") or {}
+    if reported.get("scored_on") == "private" and grader.get("best_submission_id") is not None:
         reporter.info(
-            f"on the private half of the test set (never used to choose): best {private:.3f} vs baseline "
-            f"{private_base:.3f}, {100 * (private - private_base):+.1f} points"
+            f"on the private half of the test set (never used to choose): best {reported['best']:.3f} vs baseline "
+            f"{reported['baseline']:.3f}, {100 * reported['improvement']:+.1f} points"
         )
     found = summary.get("best_checkpoint") or {}
     if found.get("verified"):

@@ -15,9 +15,11 @@ from typing import Any
 
 import httpx
 
-from agent.children import Child, alive, kill_tree, spawn_child
+from agent.children import Child, kill_tree, spawn_child
+from agent.config import RunConfig
 from agent.workspace import RunPaths, atomic_write_json
 from sandbox.devices import DevicePlan, plan_devices
+from tasks import procfs
 
 STALE_GRACE_S = 3.0  # a stale grader busy in an evaluation gets this long after SIGTERM, then SIGKILL
 
@@ -28,14 +30,14 @@ def stop_stale_grader(paths: RunPaths) -> str | None:
     pid_file = paths.grader_dir / "server.pid"
     try:
         pid = int(pid_file.read_text())
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
     except (OSError, ValueError):
         return None
-    if b"grader" not in cmdline or str(paths.grader_dir).encode() not in cmdline:
+    cmdline = procfs.cmdline(pid)
+    if cmdline is None or b"grader" not in cmdline or str(paths.grader_dir).encode() not in cmdline:
         return None  # the pid is some other process's by now
     kill_tree(pid, grace_s=STALE_GRACE_S)  # it, and whatever it started
     deadline = time.monotonic() + 5.0
-    while alive(pid) and time.monotonic() < deadline:
+    while procfs.alive(pid) and time.monotonic() < deadline:
         time.sleep(0.05)
     return f"grader process (pid {pid})"
 
@@ -108,6 +110,34 @@ class GraderProcess:
     def proc(self) -> subprocess.Popen[bytes] | None:
         """The server's process, once started."""
         return self.child.proc if self.child is not None else None
+
+    @classmethod
+    def for_run(
+        cls,
+        paths: RunPaths,
+        config: RunConfig,
+        *,
+        base_model: Path,
+        isolation: str,
+        max_submissions: int | None,
+    ) -> GraderProcess:
+        """The grader of a run, the research loop's or an external agent's: the one place a run's settings
+        (benchmark, limits, public split, test seed, eval size, prompt format) become the grader's config.
+        `max_submissions` is the caller's cap (the loop sizes it from its trials; an agent has only the config's)."""
+        return cls.load_or_create(
+            paths,
+            benchmark=config.benchmark,
+            base_model=base_model,
+            max_submissions=max_submissions,
+            min_interval_s=config.min_submit_interval,
+            public_fraction=config.public_fraction,
+            eval_limit=config.eval_limit,
+            eval_batch_size=config.eval_batch_size,
+            test_seed=config.test_seed,
+            isolation=isolation,
+            prompt_format=config.prompt_format,
+            system_prompt=config.system_prompt,
+        )
 
     @classmethod
     def load_or_create(cls, paths: RunPaths, **kwargs: Any) -> GraderProcess:

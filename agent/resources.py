@@ -80,19 +80,12 @@ class RunResources:
     def grader(self) -> GraderProcess:
         """The run's grading server, (re)started on demand: after a resume it comes back with its whole store."""
         if self._grader is None or not self.grader_alive():
-            grader = GraderProcess.load_or_create(
+            grader = GraderProcess.for_run(
                 self.paths,
-                benchmark=self.config.benchmark,
+                self.config,
                 base_model=self.base_model,
-                max_submissions=self.submission_cap,
-                min_interval_s=self.config.min_submit_interval,
-                public_fraction=self.config.public_fraction,
-                eval_limit=self.config.eval_limit,
-                eval_batch_size=self.config.eval_batch_size,
-                test_seed=self.config.test_seed,
                 isolation=self.isolation,
-                prompt_format=self.config.prompt_format,
-                system_prompt=self.config.system_prompt,
+                max_submissions=self.submission_cap,
             )
             started = time.monotonic()
             with self.reporter.watching("starting the grading server and scoring the baseline"):

@@ -2,6 +2,9 @@
 
 `ResultRow` is the row; its fields are the file's columns, in order, so the two can never drift apart. Scores are
 written with four decimals and a missing value as an empty cell, in the file and in the run's summary.json alike.
+`result_row` is the one way a run's row is built (the research loop's finish, an external agent's, and a run that
+ended early), and `final_figures` the one reader of a run's numbers: the figures the grader's finalize reports
+(`grader.figures`, the score rule), never recomputed here.
 """
 
 from __future__ import annotations
@@ -12,11 +15,16 @@ import os
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field, field_serializer
 
+from grader.figures import RunFigures, run_figures
 from tasks.atomic import atomic_write
+
+if TYPE_CHECKING:
+    from agent.config import RunConfig
+    from agent.workspace import RunPaths
 
 
 def _now() -> str:
@@ -24,8 +32,8 @@ def _now() -> str:
 
 
 class ResultRow(BaseModel):
-    """One run's line in results.csv. The score columns follow `agent.finish.final_figures` (the one place that
-    decides which of the grader's numbers a run is reported by)."""
+    """One run's line in results.csv (built by `result_row`). The score columns are `final_figures`: the numbers
+    the grader's finalize reports, by the one score rule in `grader.figures`."""
 
     run_id: str
     timestamp: str = Field(default_factory=_now)
@@ -51,6 +59,85 @@ class ResultRow(BaseModel):
 
 
 RESULTS_COLUMNS: list[str] = list(ResultRow.model_fields)
+
+
+def agent_label(config: RunConfig, external: str | None = None) -> str:
+    """The `agent` column: an external agent's own name; the research loop's `agent_name` with the built-in
+    proposer, else `rlloop-<proposer>` (so runs of different proposers are never pooled under one name)."""
+    if external is not None:
+        return external
+    proposer = config.proposer_name
+    return config.agent_name if proposer == "builtin" else f"rlloop-{proposer}"
+
+
+def result_row(
+    config: RunConfig,
+    paths: RunPaths,
+    *,
+    success: bool,
+    figures: Mapping[str, Any] | None = None,
+    external: str | None = None,
+    duration_s: float | None = None,
+    isolation: str | None = None,
+    error: str = "",
+) -> ResultRow:
+    """A run's results row, however it ended. `figures` are `final_figures`' columns (none: the run ended before
+    it had any); `external` names an external agent (no driver model of ours); `error` is kept only on failure."""
+    return ResultRow(
+        run_id=paths.run_id,
+        task=config.benchmark,
+        agent=agent_label(config, external),
+        driver_model="" if external is not None else (config.driver_model or ""),
+        base_model=config.base_model,
+        **(figures or {}),
+        duration_s=duration_s,
+        success=success,
+        workspace=str(paths.workspace),
+        isolation=isolation,
+        error="" if success else error,
+    )
+
+
+def final_figures(
+    final: Mapping[str, Any],
+    *,
+    baseline: float | None = None,
+    best: float | None = None,
+    submissions: int = 0,
+) -> dict[str, Any]:
+    """The row's score columns from the grader's finalize answer: its `reported` figures. Where the grader gave
+    none (it could not be read, or an interrupted run keeps it open), the run's own public `baseline` and `best`
+    under the same rule; `submissions` is the run's own count, used where the grader gave none."""
+    figures: RunFigures | None = None
+    if final.get("reported"):
+        figures = RunFigures.model_validate(final["reported"])
+    elif baseline is not None:
+        figures = run_figures(float(baseline), None if best is None else float(best))
+    count = final.get("total_submissions")
+    return {
+        "baseline": figures.baseline if figures else None,
+        "best_score": figures.best if figures else best,
+        "improvement": figures.improvement if figures else None,
+        "submissions": int(count if count is not None else submissions or 0),
+    }
+
+
+def summary_figures(summary: Mapping[str, Any]) -> dict[str, Any]:
+    """A finished run's figures from its summary.json: the grader's reported ones, else its results row's."""
+    return final_figures(
+        summary.get("grader") or {},
+        baseline=_number(summary.get("baseline")),
+        best=_number(summary.get("best_score")),
+        submissions=int(_number(summary.get("submissions")) or 0),
+    )
+
+
+def _number(value: Any) -> float | None:
+    """A score as summary.json holds it (a float, or the row's four-decimal text; empty: none)."""
+    try:
+        return None if value in (None, "") else float(value)
+    except (TypeError, ValueError):
+        return None
 
 
 def append_result_row(results_csv: Path, row: ResultRow | Mapping[str, Any]) -> None:

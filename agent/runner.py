@@ -21,7 +21,6 @@ from agent.finish import (
     FINISH_RESERVE_S,
     best_checkpoint,
     close_tracking,
-    final_figures,
     read_final,
     submission_summary,
     write_ending,
@@ -32,10 +31,11 @@ from agent.interrupts import failpoint
 from agent.llm.errors import LLMBudgetExhaustedError, LLMUnavailableError
 from agent.proposers.base import Proposal, ProposalContext, SearchDone, TrialRecord
 from agent.reporting import submission_flags
-from agent.results import ResultRow
+from agent.results import final_figures, result_row
 from agent.submission import Screened
 from agent.tracking import traced_nodes
 from agent.trials import TrialSetupError, outcome
+from grader.figures import run_figures
 
 
 @traced_nodes  # each node is an MLflow trace linked to its trial's run
@@ -317,17 +317,16 @@ class Research(Screened):
                 best, best_id = record.score, record.trial_id
                 update.update(best_score=best, best_trial_id=best_id)
             step = int(state.get("submissions", len(scores)))
-            # a flagged submission is never best
-            best_so_far = best if best is not None else (baseline or 0.0)
-            improvement = best_so_far - (baseline or 0.0)
+            # the score rule on the public scores seen so far (a flagged submission is never best)
+            live = run_figures(baseline or 0.0, best)
             if parent and not self.tracker.has_metric_at(parent, "score", step):
                 self.tracker.log_metrics(
                     parent,
                     {
                         "score": record.score,
-                        "best_score": best_so_far,
+                        "best_score": live.best,
                         "submission_count": step,
-                        "improvement": improvement,
+                        "improvement": live.improvement,
                     },
                     step=step,
                 )
@@ -337,7 +336,7 @@ class Research(Screened):
             flag = submission_flags(grading)
             self.reporter.info(
                 f"    [bold]submission #{step}[/bold]: {record.score:.3f}{ci_text}, {delta:+.3f} vs baseline, "
-                f"best {best_so_far:.3f}{flag}"
+                f"best {live.best:.3f}{flag}"
             )
         elif record.score is not None:
             self.reporter.info(f"    duplicate of submission {grading.get('duplicate_of')}: not counted")
@@ -401,19 +400,14 @@ class Research(Screened):
             best=state.get("best_score"),
             submissions=state.get("submissions", 0),
         )
-        builtin = self.proposer.name == "builtin"
-        row = ResultRow(
-            run_id=self.paths.run_id,
-            task=self.config.benchmark,
-            agent=self.config.agent_name if builtin else f"rlloop-{self.proposer.name}",
-            driver_model=self.config.driver_model or "",
-            base_model=self.config.base_model,
-            **figures,
-            duration_s=round(self.used_s(state), 1),
+        row = result_row(
+            self.config,
+            self.paths,
             success=success,
-            workspace=str(self.paths.workspace),
+            figures=figures,
+            duration_s=round(self.used_s(state), 1),
             isolation=self.isolation,
-            error="" if success else reason,
+            error=reason,
         )
         summary, plot = write_ending(
             self.paths,
@@ -449,17 +443,13 @@ def _ci(summary: dict[str, Any] | None) -> tuple[float, float] | None:
 
 
 def _recipes(allowed: str | None) -> list[str]:
-    """Registered recipes, limited to the run's `--recipes` list when it gives one (in that order)."""
+    """Registered recipes, limited to the run's `--recipes` list when it gives one (in that order; `RunConfig`
+    checked its names against the registry)."""
     from trainers.registry import list_recipes
 
-    known = [r.name for r in list_recipes()]
-    if not allowed:
-        return known
-    wanted = [r.strip() for r in allowed.split(",") if r.strip()]
-    unknown = [r for r in wanted if r not in known]
-    if unknown:
-        raise ValueError(f"unknown recipe(s) {', '.join(unknown)} in --recipes; known: {', '.join(known)}")
-    return wanted
+    if allowed:
+        return [r.strip() for r in allowed.split(",") if r.strip()]
+    return [r.name for r in list_recipes()]
 
 
 def __getattr__(name: str) -> Any:

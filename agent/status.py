@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from langgraph.checkpoint.sqlite import SqliteSaver
+
+from tasks import procfs
 
 
 @dataclass
@@ -34,12 +35,12 @@ class RunRow:
 
 
 def pid_alive(pid_file: Path) -> bool:
+    """Whether the process in `pid_file` runs (`tasks.procfs`: a zombie does not)."""
     try:
         pid = int(pid_file.read_text().strip())
-        os.kill(pid, 0)
     except (OSError, ValueError):
         return False
-    return True
+    return procfs.alive(pid)
 
 
 def read_state(run_dir: Path) -> dict[str, Any]:

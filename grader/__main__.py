@@ -25,13 +25,14 @@ def _configure_logging(private_dir: Path) -> None:
 
 def _check(config: GraderConfig) -> str | None:
     """One line saying what is wrong with a config before the server starts, or None."""
-    from grader.benchmarks import UnknownBenchmarkError, get_benchmark
+    from grader.benchmarks import get_benchmark
+    from tasks.plugins import UnknownPluginError
 
     if not (config.base_model / "config.json").is_file():
         return f"base_model {config.base_model} has no config.json; build or download the base model first"
     try:
         get_benchmark(config.benchmark)
-    except UnknownBenchmarkError as exc:
+    except UnknownPluginError as exc:
         return str(exc)
     return None
 

@@ -40,6 +40,7 @@ from grader.checkpoint import (
 from grader.config import GraderConfig, pin_chat
 from grader.contamination import Flag, TestItemIndex, flags_json, integrity_flags
 from grader.evaluation import EvalResult, evaluate_model, select_samples
+from grader.figures import run_figures
 from grader.stats import ScoreSummary, summarize
 from grader.store import Baseline, Store, Submission, write_json_atomically
 from sandbox.devices import gpu_lease, visible_gpu_ids
@@ -555,7 +556,11 @@ class GraderService:
 
     # --- finalize ---------------------------------------------------------------------------------------------
     def finalize(self) -> dict[str, Any]:
-        """End the run: reveal private scores, pick the final best on public, report it on private."""
+        """End the run: reveal private scores, pick the final best on public, report it on private.
+
+        `reported` holds the run's figures by the one score rule (`grader.figures`): the private pair when the test
+        set is split, the public pair otherwise; with no unflagged submission, best = baseline and improvement 0.0
+        (on both parts, so `final_private_score` is then the private baseline)."""
         if not self.ready or self.baseline is None:
             raise SubmissionRejected(503, "grader is not ready; finalize after /health says ready")
         self.store.set_meta("finalized_at", repr(time.time()), only_if_missing=True)
@@ -567,6 +572,9 @@ class GraderService:
         baseline_private = (
             self.baseline.private_score if self.baseline.private_score is not None else baseline_public
         )
+        public = run_figures(baseline_public, float(best.public_score or 0.0) if best else None, "public")
+        private = run_figures(baseline_private, float(best.private_score or 0.0) if best else None, "private")
+        reported = private if self.config.split_enabled else public
         trajectory = [
             {
                 "submission_id": s.id,
@@ -575,7 +583,6 @@ class GraderService:
             }
             for s in done
         ]
-        best_private = best.private_score if best else None
         metrics: dict[str, Any] = {
             "run_id": self.config.run_id,
             "benchmark": self.config.benchmark,
@@ -588,19 +595,18 @@ class GraderService:
             "copy_model_count": sum(1 for s in done if s.is_copy),
             "flagged_submissions": [{"submission_id": s.id, "flags": s.flag_list} for s in done if s.flagged],
             "score_trajectory": trajectory,
-            "baseline_score": baseline_public,
+            "baseline_score": public.baseline,
             "best_submission_id": best.id if best else None,
             "best_files_sha256": best.files_sha256 if best else None,  # what the host checks its best against
-            "best_score": best.public_score if best else baseline_public,
-            "improvement": (best.public_score or 0.0) - baseline_public if best else 0.0,
+            "best_score": public.best,
+            "improvement": public.improvement,
             "time_to_best": round(self.elapsed(best.created_at), 3) if best else None,
-            "baseline_private_score": baseline_private,
-            "final_private_score": best_private,
-            "private_improvement": (best_private - baseline_private)
-            if best_private is not None and baseline_private is not None
-            else None,
+            "baseline_private_score": private.baseline,
+            "final_private_score": private.best,
+            "private_improvement": private.improvement,
             "private_scores": [{"submission_id": s.id, "private_score": s.private_score} for s in done],
             "public_private_split": self.config.split_enabled,
+            "reported": reported.model_dump(),
         }
         write_json_atomically(self.private_dir / "final.json", metrics)
         self.write_mirror()

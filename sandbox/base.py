@@ -8,6 +8,10 @@ from typing import Literal, Protocol, runtime_checkable
 from pydantic import BaseModel, Field
 
 Network = Literal["none", "grader"]  # no network at all, or only the grading server (see grader_url)
+# What a trial may import of rlloop, on every backend: the trainer image installs and mounts these, the local
+# sandbox binds them. Never grader/ or agent/: they know how the hidden test split is drawn (tests/tasks/test_public.py
+# keeps tasks/ and trainers/ from importing them).
+TRIAL_PACKAGES = ("tasks", "trainers")
 
 
 class SandboxUnavailableError(RuntimeError):

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from sandbox.base import TRIAL_PACKAGES
 from sandbox.dockerlib import docker_sdk
 from tasks.atomic import atomic_write_text
 
@@ -62,10 +63,8 @@ AGENT_PACKAGES = (
 )
 # Pins for agent packages this host may not have installed (rlloop itself never imports them).
 AGENT_FALLBACK_PINS = {"loguru": "0.7.3"}
-# The rlloop packages a trial imports, in the image and mounted live over it. Never grader/ or agent/: they know how
-# the hidden test split is drawn (tests/tasks/test_public.py keeps tasks/ and trainers/ from importing them).
-PACKAGES = ("tasks", "trainers")
-# The image installs only PACKAGES, so it gets its own minimal project file (the repository's names agent's CLI).
+# The image installs only TRIAL_PACKAGES (sandbox.base: what a trial may import of rlloop; mounted live over it too),
+# so it gets its own minimal project file (the repository's names agent's CLI).
 IMAGE_PYPROJECT = f"""[build-system]
 requires = ["setuptools>=69", "wheel"]
 build-backend = "setuptools.build_meta"
@@ -73,11 +72,11 @@ build-backend = "setuptools.build_meta"
 [project]
 name = "rlloop-trial"
 version = "0.1.0"
-description = "What a trial in the rlloop trainer image may import: {", ".join(PACKAGES)}."
+description = "What a trial in the rlloop trainer image may import: {", ".join(TRIAL_PACKAGES)}."
 requires-python = ">=3.11"
 
 [tool.setuptools.packages.find]
-include = [{", ".join(f'"{p}*"' for p in PACKAGES)}]
+include = [{", ".join(f'"{p}*"' for p in TRIAL_PACKAGES)}]
 
 [tool.setuptools.package-data]
 "*" = ["*.md", "*.json", "*.yaml"]
@@ -133,7 +132,7 @@ def agent_requirements() -> list[str]:
 def source_files() -> list[Path]:
     root = project_root()
     files: list[Path] = []
-    for package in PACKAGES:
+    for package in TRIAL_PACKAGES:
         files += sorted(
             p for p in (root / package).rglob("*") if p.is_file() and "__pycache__" not in p.parts
         )
@@ -272,7 +271,7 @@ def _assemble_context(ctx: Path, gpu: bool, house: Path) -> None:
     src = ctx / "src"
     src.mkdir()
     (src / "pyproject.toml").write_text(IMAGE_PYPROJECT)
-    for package in PACKAGES:
+    for package in TRIAL_PACKAGES:
         shutil.copytree(root / package, src / package, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
 
 

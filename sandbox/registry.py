@@ -1,11 +1,11 @@
-"""Pick a sandbox backend by name: "local", "docker", "ray", or "auto" (docker when usable, else local); the one
-place that decides, for research runs and external agents alike."""
+"""Pick a sandbox backend by name: "local", "docker", "ray", or "auto" (docker when usable, else local). `resolve_auto`
+is the one place that decides what "auto" is, for research runs, external agents and Ray's nodes alike."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal, NamedTuple
 
 from sandbox.base import Sandbox
 from tasks.plugins import Registry
@@ -62,15 +62,32 @@ def isolation_of(sandbox: Sandbox) -> str:
     return level if isinstance(level, str) and level else "none"
 
 
-def get_sandbox(name: str = "auto", **opts: Any) -> Sandbox:
-    """The backend called `name`, built with `opts`. "auto": docker when the engine answers and the image is there,
-    else local, isolated by namespaces where this machine can; when it cannot, it says so once, in a warning."""
-    if name == "auto":
-        from sandbox.images import TRAINER_IMAGE
-        from sandbox.status import docker_status
+class AutoChoice(NamedTuple):
+    """What "auto" stands for on this machine now, and why (Docker's state in one line)."""
 
-        status = docker_status(opts.get("image", TRAINER_IMAGE))
-        if status.usable:
+    name: Literal["docker", "local"]
+    reason: str
+
+
+def resolve_auto(image: str | None = None) -> AutoChoice:
+    """The one decision behind "auto", for research runs, external agents and a Ray node's inner sandbox: docker
+    when its engine answers and `image` (default: the trainer image) is built, else local."""
+    from sandbox.images import TRAINER_IMAGE
+    from sandbox.status import docker_status
+
+    try:
+        status = docker_status(image or TRAINER_IMAGE)
+    except Exception as exc:  # noqa: BLE001 - whatever Docker says, "auto" still has an answer: local
+        return AutoChoice("local", f"docker status unreadable: {type(exc).__name__}: {exc}")
+    return AutoChoice("docker" if status.usable else "local", status.summary())
+
+
+def get_sandbox(name: str = "auto", **opts: Any) -> Sandbox:
+    """The backend called `name`, built with `opts`. "auto" (`resolve_auto`, with the `image` in `opts`): docker, or
+    local isolated by namespaces where this machine can; when it cannot, it says so once, in a warning."""
+    if name == "auto":
+        choice = resolve_auto(opts.get("image"))
+        if choice.name == "docker":
             return _docker(**opts)
         opts.pop("image", None)
         local = _local(**opts)
@@ -78,7 +95,7 @@ def get_sandbox(name: str = "auto", **opts: Any) -> Sandbox:
             log.warning(
                 "sandbox 'auto' is using the local backend with NO isolation (isolation=none): %s; and %s",
                 getattr(local, "isolation_reason", "no namespaces"),
-                status.summary(),
+                choice.reason,
             )
         return local
     factory = SANDBOXES.get(name)  # UnknownPluginError (a KeyError) lists the registered backends

@@ -18,9 +18,9 @@ from tasks.base import (
     Split,
 )
 from tasks.registry import (
+    BENCHMARKS,
     BUILTINS,
     BenchmarkInfo,
-    UnknownBenchmarkError,
     describe_benchmarks,
     get_benchmark,
     list_benchmarks,
@@ -29,6 +29,7 @@ from tasks.registry import (
 )
 
 __all__ = [
+    "BENCHMARKS",
     "BUILTINS",
     "Benchmark",
     "BenchmarkInfo",
@@ -38,7 +39,6 @@ __all__ = [
     "PromptFormatting",
     "Sample",
     "Split",
-    "UnknownBenchmarkError",
     "describe_benchmarks",
     "get_benchmark",
     "list_benchmarks",

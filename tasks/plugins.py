@@ -1,4 +1,4 @@
-"""One registry for every extension point: sandboxes, proposers, engines, sweep executors, recipes.
+"""One registry for every extension point: sandboxes, proposers, engines, sweep executors, recipes, benchmarks.
 
 A `Registry` maps a name to an entry (a factory, or an object such as a `Recipe`). Entries come from three places,
 in this order, and a later one never shadows an earlier name:
@@ -8,7 +8,9 @@ in this order, and a later one never shadows an earlier name:
 2. code that calls `register` (a test, an application embedding rlloop);
 3. Python entry points in the registry's group (`rlloop.sandboxes`, `rlloop.recipes`, ...). An entry point may
    name an object, registered under the entry point's name, or a module, whose import is its registration (so one
-   plugin module can register several entries).
+   plugin module can register several entries);
+4. a `rescan` source, read again whenever a lookup needs it (benchmark definitions in a folder that an env var
+   names, which may change while the process lives).
 
 A broken plugin is reported (`problems`) and skipped; it never hides the others. An unknown name raises
 `UnknownPluginError`, whose message lists what is registered, so config fields can keep plain strings and check
@@ -20,6 +22,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from types import ModuleType
 from typing import Generic, TypeVar, overload
@@ -37,8 +40,16 @@ class UnknownPluginError(KeyError, ValueError):
         return str(self.args[0])
 
 
+@dataclass
+class Found(Generic[T]):
+    """What a `rescan` source found: entries by name, each with its origin, and what it had to skip, and why."""
+
+    entries: dict[str, tuple[T, str]] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+
+
 class Registry(Generic[T]):
-    """Names to entries of one kind, filled from built-ins, `register` calls and entry points."""
+    """Names to entries of one kind, filled from built-ins, `register` calls, entry points and a `rescan` source."""
 
     def __init__(
         self,
@@ -46,6 +57,7 @@ class Registry(Generic[T]):
         group: str,
         *,
         builtins: Callable[[], None] | None = None,
+        rescan: Callable[[], Found[T]] | None = None,
         reserved: Iterable[str] = (),
         hint: str = "",
     ) -> None:
@@ -54,6 +66,7 @@ class Registry(Generic[T]):
         self.reserved = tuple(reserved)  # names a config may hold that are not entries, such as "auto"
         self.hint = hint  # where a user can see the list, e.g. "see `rlloop sandbox list`"
         self._builtins = builtins
+        self._rescan = rescan
         self._entries: dict[str, T] = {}
         self._origins: dict[str, str] = {}
         self._problems: list[str] = []
@@ -124,36 +137,76 @@ class Registry(Generic[T]):
                     f"skipped broken {self.kind} plugin {ep.name} = {ep.value}: {type(exc).__name__}: {first}"
                 )
 
+    def reload(self) -> None:
+        """Load the entry points again on next use (a plugin installed while this process runs); built-ins and
+        entries registered in code stay."""
+        with self._lock:
+            for name in [n for n, origin in self._origins.items() if origin.startswith("entry point ")]:
+                self._entries.pop(name, None)
+                self._origins.pop(name, None)
+            self._problems = []
+            self._loaded = False
+
+    def _scanned(self) -> Found[T]:
+        """What the `rescan` source holds now, less the names taken by the other sources."""
+        if self._rescan is None:
+            return Found()
+        found = self._rescan()
+        kept: Found[T] = Found(problems=list(found.problems))
+        for name, (entry, origin) in found.entries.items():
+            if name in self._entries:
+                kept.problems.append(f"skipped {origin}: {self.kind} {name!r} is already registered")
+            else:
+                kept.entries[name] = (entry, origin)
+        return kept
+
     def names(self) -> list[str]:
         """Every registered name, sorted (reserved names such as "auto" not included)."""
         self._load()
-        return sorted(self._entries)
+        return sorted({*self._entries, *self._scanned().entries})
+
+    def entries(self) -> list[tuple[str, T, str]]:
+        """Every entry with its name and origin, sorted by name (the `rescan` source read once)."""
+        self._load()
+        scanned = self._scanned().entries
+        found = {
+            **scanned,
+            **{name: (entry, self._origins.get(name, "")) for name, entry in self._entries.items()},
+        }
+        return [(name, *found[name]) for name in sorted(found)]
 
     def choices(self) -> list[str]:
         """What a config field may hold: the reserved names, then the registered ones."""
         return [*self.reserved, *self.names()]
 
     def problems(self) -> list[str]:
-        """Plugins that could not be loaded, each with its entry point and why."""
+        """Plugins that could not be loaded, each with its entry point (or rescanned source) and why."""
         self._load()
-        return list(self._problems)
+        return [*self._problems, *self._scanned().problems]
 
     def origin(self, name: str) -> str:
-        """Where `name` came from: its module, or the entry point that declared it."""
-        self.get(name)
-        return self._origins.get(name, "")
+        """Where `name` came from: its module, the entry point that declared it, or its rescanned source."""
+        self._load()
+        if name in self._entries:
+            return self._origins.get(name, "")
+        scanned = self._scanned().entries
+        if name in scanned:
+            return scanned[name][1]
+        raise UnknownPluginError(self.unknown_message(name))
 
     def __contains__(self, name: object) -> bool:
         self._load()
-        return name in self._entries
+        return name in self._entries or (isinstance(name, str) and name in self._scanned().entries)
 
     def get(self, name: str) -> T:
         """The entry called `name`; `UnknownPluginError` lists the registered names otherwise."""
         self._load()
-        try:
+        if name in self._entries:
             return self._entries[name]
-        except KeyError:
-            raise UnknownPluginError(self.unknown_message(name)) from None
+        scanned = self._scanned().entries
+        if name in scanned:
+            return scanned[name][0]
+        raise UnknownPluginError(self.unknown_message(name))
 
     def check(self, name: str) -> str:
         """`name` if a config may hold it (registered or reserved), else `ValueError` saying what may: for pydantic

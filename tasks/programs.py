@@ -36,6 +36,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from tasks import procfs
+
 MARKER_ENV = "RLLOOP_PROGRAM_ID"
 MB = 1024 * 1024
 MAX_OUTPUT_BYTES = 4 * MB  # any one file a program writes, its stdout and stderr included
@@ -91,28 +93,13 @@ def _limit_args(limits: Limits) -> list[str]:
     return [str(limits.memory_mb * MB), str(int(limits.timeout_s) + 1), str(MAX_OUTPUT_BYTES)]
 
 
-def _carriers(marker: str) -> list[int]:
-    """Pids whose environment holds `marker` (children inherit it, also those that left the session)."""
-    needle = marker.encode()
-    found = []
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            try:
-                with open(f"/proc/{entry.name}/environ", "rb") as f:
-                    if needle in f.read().split(b"\0"):
-                        found.append(int(entry.name))
-            except OSError:
-                continue
-    return found
-
-
 def _kill_all(leader: int, marker: str) -> None:
     """SIGKILL the program's session and everything carrying its marker, until none is left (or 2 s pass)."""
     deadline = time.monotonic() + 2.0
     while True:
         with contextlib.suppress(OSError):
             os.killpg(leader, signal.SIGKILL)
-        left = [p for p in _carriers(marker) if p != os.getpid()]
+        left = [p for p in procfs.carrying(marker) if p != os.getpid()]  # inherited, also outside the session
         for pid in left:
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)

@@ -1,6 +1,7 @@
-"""Benchmark registry: built-ins, Python entry points (`rlloop.benchmarks`) and a folder of definitions.
-
-A folder definition (`RLLOOP_BENCHMARKS_DIR/<name>/benchmark.yaml`) names a Python scoring module beside it:
+"""Benchmarks are one kind of extension, in one `tasks.plugins.Registry` (`BENCHMARKS`) like every other kind:
+built-ins, Python entry points (`rlloop.benchmarks`) and a folder of definitions, rescanned at every lookup that
+needs it. A folder definition (`RLLOOP_BENCHMARKS_DIR/<name>/benchmark.yaml`) names a Python scoring module beside
+it:
 
     name: parity
     description: Is the number even or odd?
@@ -10,11 +11,11 @@ A folder definition (`RLLOOP_BENCHMARKS_DIR/<name>/benchmark.yaml`) names a Pyth
 
 Without `load`, splits are read from `train.jsonl`, `valid.jsonl`, `test.jsonl` beside the YAML
 (`{"id","prompt","answer"}` lines). A broken definition is reported with its path and skipped; it never hides the
-others.
+others. An unknown name is the registry's `UnknownPluginError`, listing the known ones.
 
-This registry is the trainers' and the trainer image's: every benchmark it returns refuses `load("test")`
-(`HeldOutSplitError`). The grader's registry (grader/benchmarks/registry.py) resolves the same names to objects that
-can draw test.
+The registry holds each plugin's own object, test split and all; `get_benchmark` here is the trainers' and the
+trainer image's view, which refuses `load("test")` (`HeldOutSplitError`). The grader resolves the same entries to
+benchmarks that can draw test (grader/benchmarks/registry.py: a built-in's test half subclasses its public class).
 """
 
 from __future__ import annotations
@@ -24,8 +25,6 @@ import json
 import logging
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
-from importlib.metadata import entry_points
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Literal
@@ -40,6 +39,7 @@ from tasks.countdown import CountdownBenchmark
 from tasks.frozenlake import FrozenLakeBenchmark
 from tasks.gsm8k import GSM8KBenchmark
 from tasks.humaneval import HumanEvalBenchmark
+from tasks.plugins import Found, Registry
 from tasks.sokoban import SokobanBenchmark
 
 log = logging.getLogger(__name__)
@@ -55,14 +55,11 @@ BUILTINS: dict[str, Callable[[], Benchmark]] = {
     "humaneval": HumanEvalBenchmark,
 }
 
-Source = Literal["builtin", "entry point", "path"]
-
-
-class UnknownBenchmarkError(KeyError):
-    """Raised for a benchmark name no registry knows; the message lists the known ones."""
-
-    def __str__(self) -> str:
-        return str(self.args[0])
+# a class or function that makes the benchmark (a plugin's: test split and all)
+BenchmarkFactory = Callable[[], Any]
+Source = Literal["builtin", "entry point", "path", "registered"]
+DEFINITION = "definition "  # the origin of a folder definition: "definition <folder>"
+ENTRY_POINT = "entry point "  # the origin the registry gives an entry point: "entry point <module:object>"
 
 
 class BenchmarkInfo(BaseModel):
@@ -87,7 +84,8 @@ class BenchmarkDefinition(BaseModel):
 
 
 class FolderBenchmark:
-    """A benchmark defined by a folder: YAML metadata plus a Python scoring module."""
+    """A benchmark defined by a folder: YAML metadata plus a Python scoring module. It reads every split, test
+    included (the grader's view); `get_benchmark` shows trainers its public splits only."""
 
     def __init__(self, definition: BenchmarkDefinition, folder: Path, module: ModuleType) -> None:
         self.name = definition.name
@@ -98,10 +96,6 @@ class FolderBenchmark:
         self._module = module
 
     def load(self, split: Split) -> list[Sample]:
-        public_split(self.name, split)
-        return self.read_split(split)
-
-    def read_split(self, split: Split) -> list[Sample]:
         loader = getattr(self._module, "load", None)
         if callable(loader):
             return [s if isinstance(s, Sample) else Sample.model_validate(s) for s in loader(split)]
@@ -115,14 +109,6 @@ class FolderBenchmark:
 
     def score(self, completion: str, sample: Sample) -> float:
         return float(self._module.score(completion, sample))
-
-
-@dataclass
-class Discovery:
-    """What the registry found: benchmark factories with their descriptions, and problems worth reporting."""
-
-    factories: dict[str, tuple[Callable[[], Benchmark], BenchmarkInfo]]
-    problems: list[str]
 
 
 def _load_module(path: Path, name: str) -> ModuleType:
@@ -149,7 +135,7 @@ class PublicSplits:
         return loaded
 
 
-def _load_definition(folder: Path, kind: type[FolderBenchmark] = FolderBenchmark) -> FolderBenchmark:
+def _load_definition(folder: Path) -> FolderBenchmark:
     yaml_path = folder / "benchmark.yaml"
     raw: Any = yaml.safe_load(yaml_path.read_text(encoding="utf-8"))
     definition = BenchmarkDefinition.model_validate(raw)
@@ -159,7 +145,7 @@ def _load_definition(folder: Path, kind: type[FolderBenchmark] = FolderBenchmark
     module = _load_module(module_path, definition.name)
     if not callable(getattr(module, "score", None)):
         raise AttributeError(f"{definition.module} defines no score(completion, sample) function")
-    return kind(definition, folder, module)
+    return FolderBenchmark(definition, folder, module)
 
 
 def _short_reason(exc: Exception) -> str:
@@ -170,89 +156,59 @@ def _short_reason(exc: Exception) -> str:
     return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}".rstrip(": ")
 
 
-def _discover_folder(root: Path, found: Discovery, kind: type[FolderBenchmark]) -> None:
+def _folder_definitions() -> Found[BenchmarkFactory]:
+    """The definitions in `RLLOOP_BENCHMARKS_DIR`, read now (the registry's rescanned source)."""
+    found: Found[BenchmarkFactory] = Found()
+    value = os.environ.get(FOLDER_ENV)
+    if not value:
+        return found
+    root = Path(value)
     if not root.is_dir():
         found.problems.append(
             f"{FOLDER_ENV}={root} is not a folder; point it at a folder of benchmark definitions"
         )
-        return
+        return found
     folders = sorted(p for p in root.iterdir() if p.is_dir() and (p / "benchmark.yaml").is_file())
     if not folders:
         found.problems.append(f"{root} holds no benchmark definitions (no */benchmark.yaml)")
-        return
     for folder in folders:
         try:
-            bench = _load_definition(folder, kind)
+            bench = _load_definition(folder)
         except Exception as exc:  # noqa: BLE001 - user code may raise anything; report and move on
             found.problems.append(f"skipped broken benchmark definition {folder}: {_short_reason(exc)}")
             continue
-        if bench.name in found.factories:
+        if bench.name in found.entries:
             found.problems.append(f"skipped {folder}: benchmark name {bench.name!r} is already taken")
             continue
-        info = BenchmarkInfo(
-            name=bench.name, source="path", description=bench.description, location=str(folder)
-        )
-        found.factories[bench.name] = (lambda b=bench: b, info)  # type: ignore[misc]
-
-
-def _discover_entry_points(found: Discovery) -> None:
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
-        if ep.name in found.factories:
-            found.problems.append(
-                f"skipped entry point {ep.value}: benchmark name {ep.name!r} is already taken"
-            )
-            continue
-        try:
-            target = ep.load()
-            description = str(getattr(target, "description", ""))
-        except Exception as exc:  # noqa: BLE001 - a broken plugin must not break the registry
-            found.problems.append(f"skipped broken entry point {ep.name} = {ep.value}: {_short_reason(exc)}")
-            continue
-        info = BenchmarkInfo(name=ep.name, source="entry point", description=description, location=ep.value)
-        found.factories[ep.name] = (target, info)
-
-
-def discover(
-    builtins: dict[str, Callable[[], Benchmark]] | None = None, kind: type[FolderBenchmark] = FolderBenchmark
-) -> Discovery:
-    """Everything the registry can see now (built-ins first; later sources never shadow earlier names).
-
-    The grader passes its own built-ins and folder class (those that can draw test); the factories of entry points
-    are the plugins' own, which `get_benchmark` here wraps in `PublicSplits`."""
-    found = Discovery(factories={}, problems=[])
-    for name, factory in (BUILTINS if builtins is None else builtins).items():
-        info = BenchmarkInfo(name=name, source="builtin", description=factory().description)  # type: ignore[call-arg]
-        found.factories[name] = (factory, info)
-    _discover_entry_points(found)
-    folder = os.environ.get(FOLDER_ENV)
-    if folder:
-        _discover_folder(Path(folder), found, kind)
+        found.entries[bench.name] = (lambda b=bench: b, f"{DEFINITION}{folder}")  # type: ignore[misc]
     for problem in found.problems:
         log.warning(problem)
     return found
 
 
-def list_benchmarks() -> list[str]:
-    return sorted(discover().factories)
+def _register_builtins() -> None:
+    for name, factory in BUILTINS.items():
+        BENCHMARKS.register(name, factory)
 
 
-def describe_benchmarks() -> list[BenchmarkInfo]:
-    """Name, source and description of every usable benchmark."""
-    found = discover()
-    return [found.factories[name][1] for name in sorted(found.factories)]
+BENCHMARKS: Registry[BenchmarkFactory] = Registry(
+    "benchmark",
+    ENTRY_POINT_GROUP,
+    builtins=_register_builtins,
+    rescan=_folder_definitions,
+    hint="see `rlloop benchmarks`",
+)
 
 
-def registry_problems() -> list[str]:
-    """Broken definitions (with their paths) and empty folders, for `rlloop benchmarks` to show."""
-    return discover().problems
+def is_builtin(name: str) -> bool:
+    """Whether `name` is a built-in benchmark (whose test split only the grader's own class can draw)."""
+    return name in BUILTINS and BENCHMARKS.get(name) is BUILTINS[name]
 
 
-def resolve(name: str, found: Discovery) -> Benchmark:
-    """The benchmark `name` from `found`, checked against the protocol (an unknown name lists the known ones)."""
-    if name not in found.factories:
-        known = ", ".join(sorted(found.factories))
-        raise UnknownBenchmarkError(f"unknown benchmark {name!r}; known: {known} (see `rlloop benchmarks`)")
-    bench = found.factories[name][0]()
+def make_benchmark(name: str) -> Any:
+    """The object the registry's entry for `name` makes, checked against the protocol (an unknown name raises
+    `UnknownPluginError`, listing the known ones)."""
+    bench = BENCHMARKS.get(name)()
     if not isinstance(bench, Benchmark):
         raise TypeError(
             f"benchmark {name!r} does not implement the Benchmark protocol (name, load, score, ...)"
@@ -262,13 +218,39 @@ def resolve(name: str, found: Discovery) -> Benchmark:
 
 def get_benchmark(name: str) -> Benchmark:
     """A benchmark's public part: train and valid splits, prompts and scoring; `load("test")` raises."""
-    if name in BUILTINS:
-        return BUILTINS[name]()
-    found = discover()
-    bench = resolve(name, found)
-    if found.factories[name][1].source == "entry point":
-        return PublicSplits(bench)  # type: ignore[return-value]
-    return bench
+    bench = make_benchmark(name)
+    if is_builtin(name):
+        return bench  # type: ignore[no-any-return]
+    return PublicSplits(bench)  # type: ignore[return-value]
+
+
+def list_benchmarks() -> list[str]:
+    return BENCHMARKS.names()
+
+
+def describe_benchmarks() -> list[BenchmarkInfo]:
+    """Name, source and description of every usable benchmark."""
+    return [_info(name, entry, origin) for name, entry, origin in BENCHMARKS.entries()]
+
+
+def _info(name: str, entry: BenchmarkFactory, origin: str) -> BenchmarkInfo:
+    source: Source
+    if entry is BUILTINS.get(name):
+        source, where = "builtin", ""
+    elif origin.startswith(ENTRY_POINT):
+        source, where = "entry point", origin.removeprefix(ENTRY_POINT)
+    elif origin.startswith(DEFINITION):
+        source, where = "path", origin.removeprefix(DEFINITION)
+        entry = entry()  # the definition's object holds its description
+    else:
+        source, where = "registered", origin
+    description = str(getattr(entry, "description", ""))
+    return BenchmarkInfo(name=name, source=source, description=description, location=where)
+
+
+def registry_problems() -> list[str]:
+    """Broken plugins and definitions (with their entry points or paths) and empty folders, for `rlloop benchmarks`."""
+    return BENCHMARKS.problems()
 
 
 def write_jsonl(path: Path, samples: list[Sample]) -> None:

@@ -10,9 +10,10 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from tasks import Sample, UnknownBenchmarkError, get_benchmark
+from tasks import Sample, get_benchmark
 from tasks.answers import cut_at_stop, extract_number, first_number, numbers_match
 from tasks.base import stop_strings
+from tasks.plugins import UnknownPluginError
 
 RewardFunc = Callable[..., list[float]]
 
@@ -87,7 +88,7 @@ def reward_functions(
             else:
                 try:
                     funcs.append(benchmark_scorer(benchmark, prompt_format))
-                except UnknownBenchmarkError:
+                except UnknownPluginError:
                     raise ValueError(
                         f"no reward function for benchmark {benchmark!r}; known: {', '.join(sorted(_CORRECTNESS))} "
                         "or any registered benchmark (see `rlloop benchmarks`)"

@@ -1,12 +1,11 @@
 """What the service remembers about each run it started: `runs/<run_id>/service.json`, written atomically.
 
 The record survives the service: on the next start it says which runs were this service's, which worker process
-(pid + start time, so a reused pid is never mistaken for ours) ran each, and which were still queued.
+(pid + start time, `tasks.procfs.same_process_alive`, so a reused pid is never mistaken for ours) ran each, and which were still queued.
 """
 
 from __future__ import annotations
 
-import os
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
@@ -61,41 +60,3 @@ def load_record(run_dir: Path) -> WorkerRecord | None:
         return WorkerRecord.model_validate_json(record_path(run_dir).read_text())
     except (OSError, ValueError):
         return None
-
-
-def process_start_time(pid: int) -> str | None:
-    """Field 22 of /proc/<pid>/stat: identifies a process together with its pid. None when it is gone."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    # the command name (field 2) may hold spaces and parentheses: split after its closing parenthesis
-    fields = stat[stat.rfind(")") + 2 :].split()
-    return fields[19] if len(fields) > 19 else None
-
-
-def same_process_alive(pid: int | None, start: str | None) -> bool:
-    """True when `pid` still runs and is the very process recorded (not a later one that reused the pid)."""
-    if pid is None:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    current = process_start_time(pid)
-    if current is None:  # no /proc here: trust the signal probe
-        return not Path("/proc/self/stat").exists()
-    if _is_zombie(pid):
-        return False
-    return start is None or current == start
-
-
-def _is_zombie(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    fields = stat[stat.rfind(")") + 2 :].split()
-    return bool(fields) and fields[0] in ("Z", "X")

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
+from agent.children import Child, signal_group, spawn_child
 from agent.config import RunConfig
 from agent.service.records import (
     REQUEST_NAME,
@@ -25,14 +26,13 @@ from agent.service.records import (
     WorkerRecord,
     load_record,
     now_iso,
-    process_start_time,
     record_path,
-    same_process_alive,
     save_record,
 )
 from agent.service.settings import ServiceSettings
 from agent.status import read_state
 from agent.workspace import atomic_write_json
+from tasks import procfs
 
 log = logging.getLogger(__name__)
 
@@ -57,9 +57,7 @@ class WorkerPool:
         self._lock = threading.RLock()
         self._queue: list[str] = []  # run ids, first in first out
         self._active: dict[str, WorkerRecord] = {}  # queued or running
-        self._procs: dict[
-            str, subprocess.Popen[bytes]
-        ] = {}  # workers this process spawned (adopted ones: none)
+        self._procs: dict[str, Child] = {}  # workers this process spawned (adopted ones: none)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -127,7 +125,7 @@ class WorkerPool:
             status = read_state(run_dir).get("status")
             if status in FINISHED_STATES:
                 raise RunConflictError(f"run {run_id!r} is {status}; there is nothing left to resume")
-            if same_process_alive(*_run_pid(run_dir)):
+            if procfs.same_process_alive(*_run_pid(run_dir)):
                 raise RunConflictError(
                     f"run {run_id!r} is running in another process (pid file); cancel it first"
                 )
@@ -256,13 +254,16 @@ class WorkerPool:
             handle = (run_dir / WORKER_LOG_NAME).open("ab")
             handle.write(f"[service] {now_iso()} starting: {' '.join(command)}\n".encode())
             handle.flush()
-            proc = subprocess.Popen(
+            # its own session: a cancel reaches all of it, a Ctrl-C here does not; no death signal and no keeper, as
+            # it outlives the service on purpose (the next service adopts it)
+            child = spawn_child(
                 command,
+                death_signal=None,
+                keeper=False,
                 stdin=subprocess.DEVNULL,
                 stdout=handle,
                 stderr=subprocess.STDOUT,
                 env=env,
-                start_new_session=True,  # its own process group: cancel reaches it all, Ctrl-C here does not
             )
         except (OSError, ValueError) as exc:
             _append_log(run_dir, f"error: could not start the worker: {exc}")
@@ -273,8 +274,8 @@ class WorkerPool:
         finally:
             if handle is not None:
                 handle.close()
-        self._procs[record.run_id] = proc
-        record.state, record.pid, record.process_start = "running", proc.pid, process_start_time(proc.pid)
+        self._procs[record.run_id] = child
+        record.state, record.pid, record.process_start = "running", child.pid, procfs.start_time(child.pid)
         record.started_at, record.ended_at, record.exit_code = now_iso(), None, None
         record.starts += 1
         self._save(record)
@@ -306,17 +307,12 @@ class WorkerPool:
         proc = self._procs.get(record.run_id)
         if proc is not None:
             return proc.poll() is None
-        return same_process_alive(record.pid, record.process_start)
+        return procfs.same_process_alive(record.pid, record.process_start)
 
     def _signal(self, record: WorkerRecord, sig: signal.Signals) -> None:
         if record.pid is None or not self._alive(record):
             return
-        try:
-            os.killpg(record.pid, sig)
-        except ProcessLookupError:
-            pass
-        except PermissionError:
-            os.kill(record.pid, sig)
+        signal_group(record.pid, sig)  # the worker leads its own session's group, adopted or ours
 
     def _save(self, record: WorkerRecord) -> None:
         save_record(self.runs_dir / record.run_id, record)
@@ -328,7 +324,7 @@ def _run_pid(run_dir: Path) -> tuple[int | None, str | None]:
         pid = int((run_dir / "pid").read_text().strip())
     except (OSError, ValueError):
         return None, None
-    return pid, process_start_time(pid)
+    return pid, procfs.start_time(pid)
 
 
 def _append_log(run_dir: Path, line: str) -> None:

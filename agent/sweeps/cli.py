@@ -115,12 +115,12 @@ def bench(
     except (ValidationError, ValueError) as exc:
         _fail(f"invalid sweep: {exc}")
         return
-    from grader.benchmarks import UnknownBenchmarkError, get_benchmark
+    from tasks.registry import BENCHMARKS
 
-    for name in spec.benchmarks:
+    for name in spec.benchmarks:  # as each run's RunConfig will check it, before any run starts
         try:
-            get_benchmark(name)
-        except UnknownBenchmarkError as exc:
+            BENCHMARKS.check(name)
+        except ValueError as exc:
             _fail(str(exc))
     root = _home(home)
     console.print(

@@ -20,18 +20,19 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from agent.children import Child, spawn_child
 from agent.sweeps.worker import Outcome, WorkerPayload, outcome_path
 from sandbox import untrusted
-from tasks.lifetime import die_with_parent
+from tasks import procfs
 from tasks.plugins import Registry
 
 if TYPE_CHECKING:
     from agent.sweeps.spec import SweepSpec
 
+STOP_GRACE_S = 60.0  # a worker's time to finalize its run after SIGTERM, before its tree is killed
 
-def launch_worker(
-    payload_json: str, live: dict[int, subprocess.Popen[bytes]] | None = None
-) -> dict[str, Any]:
+
+def launch_worker(payload_json: str, live: dict[int, Child] | None = None) -> dict[str, Any]:
     """Run one sweep run in a worker process and return its `Outcome` as a dict."""
     payload = WorkerPayload.model_validate_json(payload_json)
     target = outcome_path(payload.home, payload.sweep_id, payload.run_id)
@@ -39,24 +40,25 @@ def launch_worker(
     log_path = target.parent.parent / "logs" / f"{payload.run_id}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
-        proc = subprocess.Popen(
+        # no keeper: on our death the worker gets SIGTERM alone and finalizes its run as interrupted
+        child = spawn_child(
             [sys.executable, "-m", "agent.sweeps.worker", payload_json],
+            death_signal=signal.SIGTERM,
+            keeper=False,
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            start_new_session=True,
-            preexec_fn=die_with_parent(signal.SIGTERM),
         )
     if live is not None:
-        live[proc.pid] = proc
+        live[child.pid] = child
     try:
-        code = proc.wait()
+        code = child.proc.wait()
     except BaseException:
-        stop_worker(proc)
+        child.interrupt(STOP_GRACE_S)
         raise
     finally:
         if live is not None:
-            live.pop(proc.pid, None)
+            live.pop(child.pid, None)
     try:
         # the worker's file, read back like any other: no link followed, no FIFO opened, a size cap
         text = untrusted.read_text(target.parent, target.name, max_bytes=16 * 1024**2)
@@ -68,20 +70,6 @@ def launch_worker(
             action="started",
             error=f"worker exited with code {code} before writing its outcome; see {log_path}",
         ).model_dump(mode="json")
-
-
-def stop_worker(proc: subprocess.Popen[bytes], grace_s: float = 60.0) -> None:
-    """SIGTERM (the run finalizes as interrupted), then SIGKILL to the worker's group after `grace_s`."""
-    if proc.poll() is not None:
-        return
-    with contextlib.suppress(ProcessLookupError):
-        proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(timeout=grace_s)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=10)
 
 
 class Executor(Protocol):
@@ -101,13 +89,17 @@ class LocalExecutor:
 
     def __init__(self, concurrency: int) -> None:
         self._pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="rlloop-sweep")
-        self._live: dict[int, subprocess.Popen[bytes]] = {}
+        self._live: dict[int, Child] = {}
 
     def submit(self, payload: WorkerPayload) -> Future[dict[str, Any]]:
         return self._pool.submit(launch_worker, payload.model_dump_json(), self._live)
 
     def interrupt(self) -> None:
-        stoppers = [threading.Thread(target=stop_worker, args=(p,)) for p in list(self._live.values())]
+        """Each worker gets SIGTERM (its run finalizes as interrupted), then SIGKILL after STOP_GRACE_S."""
+        stoppers = [
+            threading.Thread(target=child.interrupt, args=(STOP_GRACE_S,))
+            for child in list(self._live.values())
+        ]
         for thread in stoppers:
             thread.start()
         for thread in stoppers:
@@ -178,8 +170,9 @@ def _wait_for_previous(payload: WorkerPayload, timeout_s: float = 90.0) -> None:
     while time.monotonic() < deadline:
         try:
             pid = int(pid_file.read_text().strip())
-            os.kill(pid, 0)
         except (OSError, ValueError):
+            return
+        if not procfs.alive(pid):
             return
         time.sleep(0.5)
 

@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from agent.results import summary_figures
 from agent.sweeps.spec import Combination, SweepSpec
 from agent.workspace import atomic_write_json
 
@@ -94,15 +95,7 @@ def latest_sweep_id(home: Path) -> str | None:
 
 def entry_from_summary(entry: Entry, summary: dict[str, Any]) -> None:
     """Fold a run's summary (runner or external agent) into its manifest entry."""
-    grader = summary.get("grader") or {}
-
-    def number(value: Any) -> float | None:
-        try:
-            return None if value in (None, "") else float(value)
-        except (TypeError, ValueError):
-            return None
-
-    entry.baseline = number(grader.get("baseline_score", summary.get("baseline")))
-    entry.best = number(grader.get("best_score", summary.get("best_score")))
-    entry.submissions = int(grader.get("total_submissions", summary.get("submissions") or 0) or 0)
+    figures = summary_figures(summary)  # as results.csv and the sweep report give them
+    entry.baseline, entry.best = figures["baseline"], figures["best_score"]
+    entry.submissions = figures["submissions"]
     entry.agent_error = summary.get("agent_error") or None

@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from agent.reporting import save_figure
+from agent.results import summary_figures
 from agent.sweeps.manifest import Manifest, sweeps_dir
 from tasks.atomic import atomic_write_text
 
@@ -30,7 +31,8 @@ ALPHA = 0.05
 
 
 class RunNumbers(BaseModel):
-    """One finished run's figures, from its summary.json (the grader's finalize section first)."""
+    """One finished run's figures, from its summary.json: baseline, best and improvement as results.csv reports
+    them (`agent.results.summary_figures`), the rest from the grader's finalize section."""
 
     run_id: str
     benchmark: str
@@ -78,16 +80,12 @@ def run_numbers(home: Path, manifest: Manifest) -> list[RunNumbers]:
         except (OSError, ValueError):
             continue
         grader = summary.get("grader") or {}
-        baseline = _number(grader.get("baseline_score", summary.get("baseline")))
-        best = _number(grader.get("best_score", summary.get("best_score")))
-        improvement = _number(grader.get("improvement", summary.get("improvement")))
-        if improvement is None and best is not None and baseline is not None:
-            improvement = best - baseline
+        figures = summary_figures(summary)  # what results.csv says: the grader's reported figures
         values = {
-            "baseline": baseline,
-            "best": best,
-            "improvement": improvement,
-            "submissions": _number(grader.get("total_submissions", summary.get("submissions"))),
+            "baseline": figures["baseline"],
+            "best": figures["best_score"],
+            "improvement": figures["improvement"],
+            "submissions": float(figures["submissions"]),
             "time_to_best": _number(grader.get("time_to_best")),
             "valid_submission_rate": _number(grader.get("valid_submission_rate")),
             "copy_model_count": _number(grader.get("copy_model_count")),

@@ -1,7 +1,7 @@
 """Benchmarks as the grader sees them: the `tasks` package's benchmarks plus their hidden test splits.
 
-The protocols, `Sample` and the registry's discovery are `tasks`' own objects, re-exported; `get_benchmark` here
-returns benchmarks whose `load("test")` works (`tasks.get_benchmark`'s refuse it).
+The protocols, `Sample` and the registry (`tasks.registry.BENCHMARKS`) are `tasks`' own objects, re-exported;
+`get_benchmark` here returns benchmarks whose `load("test")` works (`tasks.get_benchmark`'s refuse it).
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ from grader.benchmarks.base import Benchmark, Game, MultiTurnBenchmark, PromptFo
 
 # the grader's lookups (whose benchmarks can draw test), under the same names as `tasks`' public ones
 BenchmarkInfo = registry.BenchmarkInfo
-UnknownBenchmarkError = registry.UnknownBenchmarkError
 describe_benchmarks = registry.describe_benchmarks
 get_benchmark = registry.get_benchmark
 list_benchmarks = registry.list_benchmarks
@@ -20,7 +19,6 @@ registry_problems = registry.registry_problems
 __all__ = ["Benchmark", "Game", "MultiTurnBenchmark", "PromptFormatting", "Sample", "Split"]
 __all__ += [
     "BenchmarkInfo",
-    "UnknownBenchmarkError",
     "describe_benchmarks",
     "get_benchmark",
     "list_benchmarks",

@@ -1,8 +1,9 @@
-"""The grader's registry: the same names as `tasks.registry`, resolved to benchmarks that can draw their test split.
+"""The grader's view of `tasks.registry.BENCHMARKS`: the same entries, resolved to benchmarks that draw their test
+split.
 
-Built-ins draw test from `test_seed` (the grading service passes its run's secret, grader/benchmarks/secret.py);
-folder definitions read their own `test.jsonl`; entry points are the plugins' objects as they are. Discovery,
-descriptions and problems are `tasks.registry`'s.
+A built-in's test half is the grader's subclass of its public class (`TEST_HALVES`): it draws test from `test_seed`
+(the grading service passes its run's secret, grader/benchmarks/secret.py). Entry points and folder definitions are
+the plugins' own objects, test split and all. Names, descriptions and problems are the registry's.
 """
 
 from __future__ import annotations
@@ -17,64 +18,56 @@ from grader.benchmarks.gsm8k import GSM8KBenchmark
 from grader.benchmarks.humaneval import HumanEvalBenchmark
 from grader.benchmarks.secret import DEFAULT_TEST_SEED
 from grader.benchmarks.sokoban import SokobanBenchmark
-from tasks.base import Benchmark, Sample, Split
+from tasks.base import Benchmark
 from tasks.registry import (
+    BENCHMARKS,
     ENTRY_POINT_GROUP,
     FOLDER_ENV,
     BenchmarkDefinition,
     BenchmarkInfo,
-    Discovery,
-    FolderBenchmark,
-    UnknownBenchmarkError,
     describe_benchmarks,
     list_benchmarks,
+    make_benchmark,
     registry_problems,
-    resolve,
     write_jsonl,
 )
-from tasks.registry import discover as discover_public
 
 __all__ = [
-    "BUILTINS",
+    "BENCHMARKS",
     "ENTRY_POINT_GROUP",
     "FOLDER_ENV",
+    "TEST_HALVES",
     "BenchmarkDefinition",
     "BenchmarkInfo",
-    "GraderFolderBenchmark",
-    "UnknownBenchmarkError",
     "describe_benchmarks",
-    "discover",
     "get_benchmark",
     "list_benchmarks",
     "registry_problems",
     "write_jsonl",
 ]
 
-BUILTINS: dict[str, Callable[..., Any]] = {
-    "arith": ArithBenchmark,
-    "gsm8k": GSM8KBenchmark,
-    "countdown": CountdownBenchmark,
-    "frozenlake": FrozenLakeBenchmark,
-    "sokoban": SokobanBenchmark,
-    "humaneval": HumanEvalBenchmark,
-}
+# The built-ins' test halves, each a subclass of the public class the registry holds (tasks/<name>.py).
+TEST_HALVES: tuple[type[Any], ...] = (
+    ArithBenchmark,
+    GSM8KBenchmark,
+    CountdownBenchmark,
+    FrozenLakeBenchmark,
+    SokobanBenchmark,
+    HumanEvalBenchmark,
+)
 
 
-class GraderFolderBenchmark(FolderBenchmark):
-    """A folder definition as the grader sees it: its test split too."""
-
-    def load(self, split: Split) -> list[Sample]:
-        return self.read_split(split)
-
-
-def discover() -> Discovery:
-    return discover_public(BUILTINS, GraderFolderBenchmark)
+def graded_class(entry: Callable[[], Any]) -> type[Any] | None:
+    """The grader's class for a registry entry that is a built-in's public class, else None."""
+    return next((half for half in TEST_HALVES if entry in half.__bases__), None)
 
 
 def get_benchmark(name: str, test_seed: int | None = None) -> Benchmark:
     """The benchmark `name` with its test split; built-ins draw it from `test_seed` (default: a fixed public seed,
-    for tests and scripts; the grading service always passes its run's secret)."""
-    if name in BUILTINS:
-        bench: Benchmark = BUILTINS[name](test_seed=DEFAULT_TEST_SEED if test_seed is None else test_seed)
+    for tests and scripts; the grading service always passes its run's secret). An unknown name raises the
+    registry's `UnknownPluginError`, listing the known ones."""
+    half = graded_class(BENCHMARKS.get(name))
+    if half is not None:
+        bench: Benchmark = half(test_seed=DEFAULT_TEST_SEED if test_seed is None else test_seed)
         return bench
-    return resolve(name, discover())
+    return make_benchmark(name)  # type: ignore[no-any-return]

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from sandbox import reaper, supervise
-from sandbox.base import CleanupReport, SandboxRequest, SandboxResult
+from sandbox.base import TRIAL_PACKAGES, CleanupReport, SandboxRequest, SandboxResult
 from sandbox.dockerlib import docker_sdk
 from sandbox.grader_net import GraderNetwork, remove_leftovers
 from sandbox.images import TRAINER_IMAGE
@@ -64,15 +64,15 @@ LIVE_CODE_DIR = "/opt/rlloop-live"
 def live_code_mounts() -> dict[str, dict[str, str]]:
     """The host's rlloop packages, read-only, over the image's copy: trials run the trainer library the host runs,
     and code changes never need an image rebuild. Empty when rlloop is not run from a source checkout."""
-    from sandbox.images import PACKAGES, project_root
+    from sandbox.images import project_root
 
     try:
         root = project_root()
     except RuntimeError:
         return {}
-    if not all((root / package / "__init__.py").is_file() for package in PACKAGES):
+    if not all((root / package / "__init__.py").is_file() for package in TRIAL_PACKAGES):
         return {}
-    return {str(root / p): {"bind": f"{LIVE_CODE_DIR}/{p}", "mode": "ro"} for p in PACKAGES}
+    return {str(root / p): {"bind": f"{LIVE_CODE_DIR}/{p}", "mode": "ro"} for p in TRIAL_PACKAGES}
 
 
 class DockerSandbox:

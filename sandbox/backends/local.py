@@ -32,12 +32,13 @@ import threading
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from sandbox import namespaces, procs, reaper, supervise
+from sandbox import namespaces, reaper, supervise
 from sandbox.base import CleanupReport, Mount, SandboxRequest, SandboxResult, SandboxUnavailableError
 from sandbox.devices import DEVICE_ORDER
 from sandbox.jail import Jail
 from sandbox.logstream import CappedLog, pump
 from sandbox.relay import UnixRelay
+from tasks import procfs
 from tasks.lifetime import die_with_parent
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -284,8 +285,8 @@ def _labelled_processes() -> dict[int, dict[str, str]]:
     that carries the labels but whose parent does not: under bubblewrap, the outer bwrap, whose death ends the
     namespace; unisolated, the command's session leader. A trial cannot rewrite its bubblewrap's environment."""
     found: dict[int, tuple[int, dict[str, str]]] = {}
-    for pid, raw in procs.with_env(LABELS_ENV).items():
-        ppid = procs.parent_of(pid)
+    for pid, raw in procfs.with_env(LABELS_ENV).items():
+        ppid = procfs.parent_of(pid)
         if ppid is not None:
             found[pid] = (ppid, dict(p.split("=", 1) for p in raw.split(",") if "=" in p))
     return {pid: labels for pid, (ppid, labels) in found.items() if ppid not in found}

@@ -23,8 +23,10 @@ import time
 import uuid
 from typing import Any
 
-from sandbox import namespaces, procs, supervise
+from sandbox import namespaces, supervise
 from sandbox.base import SandboxRequest, SandboxResult
+from sandbox.registry import SANDBOXES, resolve_auto
+from tasks import procfs
 
 MARKER_ENV = "RLLOOP_RAY_TRIAL"
 MARKER_LABEL = "rlloop.ray_trial"
@@ -39,16 +41,6 @@ class RaySandboxResult(SandboxResult):
         if self.worker_lost:
             return "the Ray worker running the trial died (killed, out of memory or node lost)"
         return super().reason()
-
-
-def _docker_usable() -> bool:
-    try:
-        from sandbox.images import TRAINER_IMAGE
-        from sandbox.status import docker_status
-
-        return bool(docker_status(TRAINER_IMAGE).usable)
-    except Exception:
-        return False
 
 
 class RaySandbox:
@@ -66,7 +58,7 @@ class RaySandbox:
         if inner not in ("auto", "docker", "local"):
             raise ValueError(f"unknown inner sandbox {inner!r}: use auto, docker or local")
         self.address = address or os.environ.get("RAY_ADDRESS")
-        self.inner = inner if inner != "auto" else ("docker" if _docker_usable() else "local")
+        self.inner = inner if inner != "auto" else resolve_auto().name
         # as the driver's machine can do it; a Ray node runs its trials in its own local or docker sandbox
         self.isolation = "container" if self.inner == "docker" else namespaces.probe().level
         self.max_retries = max_retries
@@ -177,14 +169,8 @@ def _trial_task(request_json: str, inner: str) -> dict[str, Any]:
         stderr=subprocess.DEVNULL,
     )
     try:
-        if inner == "docker":
-            from sandbox.backends.docker import DockerSandbox
-
-            result = DockerSandbox().run(request)
-        else:
-            from sandbox.backends.local import LocalSandbox
-
-            result = LocalSandbox().run(request)
+        # the backend's own defaults (local: namespaces wherever this node can), as a trial on this node would get
+        result = SANDBOXES.get(inner)().run(request)
     finally:
         watchdog.terminate()
         with contextlib.suppress(subprocess.TimeoutExpired):
@@ -195,17 +181,13 @@ def _trial_task(request_json: str, inner: str) -> dict[str, Any]:
 
 
 def _marked_pids(marker: str) -> set[int]:
-    return {pid for pid, value in procs.with_env(MARKER_ENV).items() if value == marker} - {os.getpid()}
+    return {pid for pid, value in procfs.with_env(MARKER_ENV).items() if value == marker} - {os.getpid()}
 
 
 def watch(worker_pid: int, marker: str, poll_s: float = 0.5) -> int:
     """Wait for the worker to die, then kill what its trial left. Exits quietly on SIGTERM (trial ended)."""
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    while True:
-        try:
-            os.kill(worker_pid, 0)
-        except ProcessLookupError:
-            break
+    while procfs.alive(worker_pid):
         time.sleep(poll_s)
     killed = 0
     for _ in range(3):  # a second pass catches children forked while the first was killing

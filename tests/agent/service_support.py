@@ -60,7 +60,8 @@ def running_service(home: Path, token: str | None = None, **settings: Any) -> It
 
 def kill_workers(home: Path) -> None:
     """SIGKILL the process group of every worker recorded under `home` that still runs."""
-    from agent.service.records import load_record, same_process_alive
+    from agent.service.records import load_record
+    from tasks.procfs import same_process_alive
 
     for run_dir in (home / "runs").glob("*"):
         record = load_record(run_dir)

@@ -252,3 +252,47 @@ def test_kill_tree_kills_what_ignores_sigterm() -> None:
     assert proc.wait(timeout=5) == -signal.SIGKILL
     assert time.monotonic() - started_at < 5
     assert not still_alive(below, within_s=5.0)
+
+
+def test_interrupt_lets_the_child_stop_its_own_way_then_kills_what_is_left(tmp_path: Path) -> None:
+    """How a sweep's worker is stopped: SIGTERM to it alone (no keeper), then its leftovers are killed."""
+    said = tmp_path / "said"
+    polite = spawn_child(
+        ["sh", "-c", f"trap 'echo bye > {said}; exit 0' TERM; sleep 300 & wait"], keeper=False
+    )
+    deadline = time.monotonic() + 10
+    while not tree(polite.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    left = tree(polite.pid)
+    assert polite.interrupt(grace_s=10.0) == 0 and said.read_text().strip() == "bye"
+    assert not still_alive(left, within_s=5.0)
+    stubborn = spawn_child(["sh", "-c", "trap '' TERM; sleep 300 & wait"], keeper=False)
+    deadline = time.monotonic() + 10
+    while not tree(stubborn.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)  # its trap is set once its sleep runs
+    started_at = time.monotonic()
+    assert stubborn.interrupt(grace_s=0.5) == -signal.SIGKILL and time.monotonic() - started_at < 5
+
+
+# A parent that starts a detached child (as the service starts its run workers), prints its pid and exits.
+DETACHING_PARENT = """
+import subprocess
+from agent.children import spawn_child
+child = spawn_child(
+    ["sleep", "300"], death_signal=None, keeper=False, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+)
+print(child.pid, flush=True)
+"""
+
+
+def test_a_detached_child_outlives_its_parent() -> None:
+    out = subprocess.run(
+        [sys.executable, "-c", DETACHING_PARENT], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    pid = int(out.stdout)
+    try:
+        time.sleep(0.5)  # a parent-death signal or a keeper would have ended it by now
+        assert alive(pid) and os.getsid(pid) == pid
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL)

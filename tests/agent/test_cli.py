@@ -3,7 +3,11 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -11,6 +15,8 @@ from typer.testing import CliRunner
 from agent.cli import app
 from agent.proposers import PROPOSERS
 from sandbox.registry import SANDBOXES
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture()
@@ -37,3 +43,20 @@ def test_sandbox_list_shows_builtins_plugins_and_problems(plugin_sandbox: str) -
     assert "tests.agent.test_cli" in result.output
     for problem in SANDBOXES.problems():
         assert problem[:40] in result.output
+
+
+def test_a_bad_name_fails_at_once_and_writes_nothing(tmp_path: Path) -> None:
+    """`rlloop run --recipes nope`: exit 2 with the bad name and the known ones, before any folder is made."""
+    home = tmp_path / "home"
+    done = subprocess.run(
+        [sys.executable, "-m", "agent.cli", "run", "--recipes", "sft,nope", "--home", str(home)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "COLUMNS": "400"},
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "--recipes" in done.stderr and "unknown recipe 'nope': choose one of" in done.stderr
+    assert "sft" in done.stderr.split("choose one of", 1)[1]
+    assert not home.exists()  # no home, no run folder, no results row

@@ -50,3 +50,28 @@ def test_every_config_field_is_a_cli_flag_of_the_same_name() -> None:
 
     flags = set(inspect.signature(run).parameters)
     assert set(RunConfig.model_fields) <= flags, set(RunConfig.model_fields) - flags
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("benchmark", "nope", "unknown benchmark 'nope': choose one of .*arith"),
+        ("recipes", "sft,nope", "unknown recipe 'nope': choose one of .*grpo"),
+        ("sandbox", "podman", "unknown sandbox 'podman': choose one of auto"),
+        ("proposer", "oracle", "unknown proposer 'oracle': choose one of auto"),
+    ],
+)
+def test_names_are_checked_against_their_registries_when_the_config_is_built(
+    field: str, value: str, message: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with pytest.raises(ValidationError, match=message):
+        RunConfig(**{field: value})  # type: ignore[arg-type]
+    monkeypatch.setenv(f"RLLOOP_{field.upper()}", value)
+    with pytest.raises(ValidationError, match=message):
+        RunConfig()  # from the environment alike
+
+
+def test_known_names_pass_and_recipes_are_tidied() -> None:
+    config = RunConfig(benchmark="countdown", recipes=" sft , grpo ,")
+    assert config.benchmark == "countdown" and config.recipes == "sft,grpo"
+    assert RunConfig(recipes="").recipes is None

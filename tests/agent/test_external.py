@@ -12,8 +12,9 @@ import httpx
 import pytest
 
 from agent.config import RunConfig
-from agent.external import ExternalAgentError, TokenRelay, load_agent, run_external
+from agent.external import ExternalAgentError, TokenRelay, agent_grader, load_agent, run_external
 from agent.results import read_results
+from agent.workspace import RunPaths
 
 FIXTURE = Path(__file__).parent / "fixtures" / "example_agent"
 
@@ -69,6 +70,23 @@ def test_token_relay_adds_the_token_and_refuses_finalize() -> None:
     finally:
         relay.close()
         server.shutdown()
+
+
+def test_the_agents_grader_is_configured_as_a_research_runs(tmp_path: Path) -> None:
+    """The one grader builder: an external agent on a chat run is graded with the run's chat prompts."""
+    config = RunConfig(
+        home=tmp_path, prompt_format="chat", system_prompt="Be brief.", public_fraction=0.25, eval_limit=8
+    )
+    paths = RunPaths(tmp_path, "ext-chat")
+    agent_grader(config, paths, tmp_path / "base", "namespaces")
+    written = json.loads((paths.grader_dir / "config.json").read_text())
+    assert written["eval"]["prompt_style"] == "chat" and written["eval"]["system_prompt"] == "Be brief."
+    assert written["eval"]["limit"] == 8 and written["public_fraction"] == 0.25
+    assert written["isolation"] == "namespaces" and written["max_submissions"] is None
+    plain = RunConfig(home=tmp_path)
+    agent_grader(plain, RunPaths(tmp_path, "ext-plain"), tmp_path / "base", "namespaces")
+    eval_config = json.loads((RunPaths(tmp_path, "ext-plain").grader_dir / "config.json").read_text())["eval"]
+    assert "prompt_style" not in eval_config and "system_prompt" not in eval_config
 
 
 def _config(home: Path, sandbox: str, run_id: str) -> RunConfig:

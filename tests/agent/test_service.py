@@ -16,7 +16,8 @@ import pytest
 
 from agent.approvals import publish_pending, read_decision
 from agent.proposers.base import Proposal, TrialRecord
-from agent.service.records import WORKER_LOG_NAME, WorkerRecord, load_record, process_start_time, save_record
+from agent.service.records import WORKER_LOG_NAME, WorkerRecord, load_record, save_record
+from tasks import procfs
 from tests.agent.service_support import ACTIVE, kill_workers, running_service, wait_for
 
 
@@ -226,7 +227,7 @@ def test_restart_resumes_dead_workers_adopts_live_ones_and_starts_queued(
     save_record(
         adopted,
         WorkerRecord(
-            run_id="adopted", state="running", pid=live.pid, process_start=process_start_time(live.pid)
+            run_id="adopted", state="running", pid=live.pid, process_start=procfs.start_time(live.pid)
         ),
     )
     try:

@@ -61,6 +61,12 @@ def _fake_finished_run(
         "time_to_best": 10.0,
         "valid_submission_rate": 1.0,
         "copy_model_count": copies,
+        "reported": {
+            "scored_on": "public",
+            "baseline": 0.2,
+            "best": 0.2 + improvement,
+            "improvement": improvement,
+        },
     }
     summary = {"status": "finished", "grader": grader, "isolation": isolation}
     (run_dir / "summary.json").write_text(json.dumps(summary))
@@ -99,6 +105,48 @@ def test_report_keeps_unisolated_runs_apart(tmp_path: Path) -> None:
     )
     markdown, _, _ = write_report(tmp_path, manifest)
     assert "| builtin [isolation=none] | 2 |" in markdown
+
+
+def test_report_and_manifest_give_the_rows_figures_on_a_split_test_set(tmp_path: Path) -> None:
+    """public_fraction 0.5: the report and the sweep table show what results.csv shows (the private pair), never
+    the public one; with no unflagged submission, best = baseline and improvement 0."""
+    spec = SweepSpec(sweep_id="s5", benchmarks="arith", base_models="tiny-arith", seeds=2)
+    manifest = manifests.open_manifest(tmp_path, spec)
+    improved, nothing = manifest.entries.values()
+    finals = {
+        improved.run_id: {"best_private": 0.4, "best_public": 0.5, "best_id": 1},
+        nothing.run_id: {"best_private": 0.25, "best_public": 0.2, "best_id": None},
+    }
+    for entry in (improved, nothing):
+        f = finals[entry.run_id]
+        grader = {
+            "baseline_score": 0.2,
+            "best_score": f["best_public"],
+            "improvement": f["best_public"] - 0.2,
+            "baseline_private_score": 0.25,
+            "final_private_score": f["best_private"],
+            "best_submission_id": f["best_id"],
+            "total_submissions": 1,
+            "public_private_split": True,
+            "reported": {
+                "scored_on": "private",
+                "baseline": 0.25,
+                "best": f["best_private"],
+                "improvement": f["best_private"] - 0.25,
+            },
+        }
+        run_dir = tmp_path / "runs" / entry.run_id
+        run_dir.mkdir(parents=True)
+        summary = {"status": "finished", "grader": grader, "baseline": "0.2500", "isolation": "namespaces"}
+        (run_dir / "summary.json").write_text(json.dumps(summary))
+        entry.status = "finished"
+        manifests.entry_from_summary(entry, summary)
+    numbers = {r.run_id: r.values for r in run_numbers(tmp_path, manifest)}
+    assert numbers[improved.run_id]["baseline"] == 0.25 and numbers[improved.run_id]["best"] == 0.4
+    assert numbers[improved.run_id]["improvement"] == pytest.approx(0.15)
+    assert (numbers[nothing.run_id]["best"], numbers[nothing.run_id]["improvement"]) == (0.25, 0.0)
+    assert (improved.baseline, improved.best, improved.submissions) == (0.25, 0.4, 1)
+    assert (nothing.baseline, nothing.best) == (0.25, 0.25)
 
 
 def test_report_calls_overlapping_results_noise() -> None:

@@ -12,7 +12,7 @@ from sandbox.backends.local import LocalSandbox
 from sandbox.base import Sandbox, SandboxUnavailableError
 from sandbox.cli import app
 from sandbox.images import inputs_hash, pinned_requirements
-from sandbox.registry import isolation_of
+from sandbox.registry import isolation_of, resolve_auto
 from sandbox.status import docker_status
 
 
@@ -36,6 +36,15 @@ def test_auto_falls_back_to_local_with_one_warning(caplog: pytest.LogCaptureFixt
         assert not warnings
     else:
         assert len(warnings) == 1 and "NO isolation (isolation=none)" in warnings[0].getMessage()
+
+
+def test_auto_is_decided_in_one_place() -> None:
+    """`resolve_auto` says what "auto" is and why; a Ray node's inner "auto" is the same answer."""
+    from sandbox.backends.ray import RaySandbox
+
+    missing = resolve_auto("rlloop/no-such-image:never")
+    assert missing.name == "local" and ("missing" in missing.reason or "not reachable" in missing.reason)
+    assert RaySandbox(inner="auto").inner == resolve_auto().name
 
 
 def test_isolation_is_declared_per_backend() -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tasks.plugins import Registry, UnknownPluginError
+from tasks.plugins import Found, Registry, UnknownPluginError
 
 
 def _dist(root: Path, group: str, lines: list[str]) -> None:
@@ -93,6 +93,42 @@ def test_entry_points_register_objects_and_modules_and_broken_ones_are_reported(
     finally:
         for name in ("gadget_plugin", "gadget_plugin.several"):
             sys.modules.pop(name, None)
+
+
+def test_a_rescanned_source_is_read_at_each_lookup_and_never_shadows() -> None:
+    """How benchmark folder definitions join the registry: read again whenever a lookup needs them."""
+    shelf: dict[str, tuple[str, str]] = {"made": ("M", "folder /a"), "one": ("shadow", "folder /b")}
+    registry: Registry[str] = Registry(
+        "widget", "rlloop.test-widgets", rescan=lambda: Found(dict(shelf), ["folder /c is broken"])
+    )
+    registry.register("one", "1")
+    assert registry.names() == ["made", "one"] and "made" in registry and registry.get("made") == "M"
+    assert registry.get("one") == "1" and registry.origin("made") == "folder /a"
+    assert registry.check("made") == "made"
+    problems = registry.problems()
+    assert "folder /c is broken" in problems and any("folder /b" in p and "'one'" in p for p in problems)
+    del shelf["made"]
+    assert "made" not in registry and registry.names() == ["one"]
+    with pytest.raises(UnknownPluginError, match="unknown widget 'made'"):
+        registry.get("made")
+
+
+def test_reload_reads_the_entry_points_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    registry: Registry[str] = Registry("thing", "rlloop.test-things", builtins=lambda: None)
+    registry.register("kept", "K")
+    assert registry.names() == ["kept"]
+    (tmp_path / "thing_plugin.py").write_text("THING = 'a thing'\n")
+    _dist(tmp_path, "rlloop.test-things", ["late = thing_plugin:THING"])
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        assert registry.names() == ["kept"]  # loaded once: a plugin installed later is not seen ...
+        registry.reload()
+        assert registry.names() == ["kept", "late"]  # ... until the registry reloads
+        monkeypatch.undo()
+        registry.reload()
+        assert registry.names() == ["kept"]
+    finally:
+        sys.modules.pop("thing_plugin", None)
 
 
 GADGETS: Registry[str] = Registry("gadget", "rlloop.test-gadgets")
