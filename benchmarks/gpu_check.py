@@ -10,7 +10,7 @@ a character tokenizer made here), then:
 - runs every registered recipe for one step on a micro model and prints the device and dtype its metrics.json
   recorded (recipes needing TRL say n/a when it is missing; coach needs an LLM endpoint);
 - scores the SFT checkpoint through the real grading server, started as a research run starts it
-  (`agent.grading.GraderProcess`, HF engine), on the GPU its device plan gives it;
+  (`agent.run.grading.GraderProcess`, HF engine), on the GPU its device plan gives it;
 - runs `rlloop run --trial-gpus 1 --sandbox local --base-model tiny-arith --loop-n 1` end to end.
 
 It prints one figure per line, `name value` (or `name n/a (why)`), and exits 1 if a step failed, 3 if only packages
@@ -342,11 +342,11 @@ class Check:
 
     # -- the grading server ----------------------------------------------------------------------------------------
     def grade(self) -> None:
-        lacking = missing_packages("agent.grading", "grader.server", "fastapi", "uvicorn")
+        lacking = missing_packages("agent.run.grading", "grader.server", "fastapi", "uvicorn")
         if lacking:
             raise PackagesMissing(lacking)
-        from agent.grading import GraderProcess
-        from agent.workspace import RunPaths
+        from agent.run.grading import GraderProcess
+        from agent.run.workspace import RunPaths
         from sandbox.devices import plan_devices
 
         assert self.checkpoint is not None, "no SFT checkpoint to score (the SFT step failed)"
@@ -383,7 +383,7 @@ class Check:
 
     # -- one research run, end to end --------------------------------------------------------------------------
     def e2e(self) -> None:
-        lacking = missing_packages("agent.driver", "agent.cli", "grader.server", "fastapi", "uvicorn")
+        lacking = missing_packages("agent.loop.driver", "agent.cli", "grader.server", "fastapi", "uvicorn")
         if lacking:
             raise PackagesMissing(lacking)
         from sandbox.namespaces import probe
@@ -425,7 +425,7 @@ class Check:
         if done.returncode != 0:
             tail = (done.stdout + done.stderr).strip().splitlines()[-5:]
             raise RuntimeError(f"rlloop run exited {done.returncode}: {' | '.join(tail)}")
-        from agent.status import read_state
+        from agent.run.status import read_state
 
         run_dir = home / "runs" / "gpu-check"
         state = read_state(run_dir)

@@ -14,10 +14,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from agent.config import RunConfig
-from agent.reporting import Reporter
-from agent.runner import execute
-from agent.status import read_state
+from agent.loop.nodes import execute
+from agent.run.config import RunConfig
+from agent.run.reporting import Reporter
+from agent.run.status import read_state
 
 
 def main() -> None:
@@ -34,7 +34,7 @@ def main() -> None:
     config = RunConfig(home=home, loop_n=args.loop_n, timeout=1800, sandbox=args.sandbox, quiet=True)
     run_id = f"overhead-{int(time.time())}"
     config.run_id = run_id
-    from agent.models import resolve_base_model
+    from agent.run.models import resolve_base_model
 
     resolve_base_model("tiny-arith", home.resolve())  # build outside the timed region
     started = time.monotonic()

@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agent.status import read_state
+from agent.run.status import read_state
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -121,7 +121,7 @@ def main() -> None:
         args.seeds, args.loop_n, args.trial_steps, args.eval_limit = 1, 3, 30, 60
         args.recipes = "sft"
     home = (args.home or Path(tempfile.mkdtemp(prefix="rlloop-search-"))).resolve()
-    from agent.models import resolve_base_model
+    from agent.run.models import resolve_base_model
 
     resolve_base_model("tiny-arith", home)  # built once, outside the measured runs
     stamp = time.strftime("%H%M%S")

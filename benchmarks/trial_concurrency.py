@@ -19,10 +19,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agent.config import RunConfig
-from agent.driver import execute
-from agent.reporting import Reporter
-from agent.status import read_state
+from agent.loop.driver import execute
+from agent.run.config import RunConfig
+from agent.run.reporting import Reporter
+from agent.run.status import read_state
 
 
 def one_run(home: Path, k: int, args: argparse.Namespace) -> dict[str, Any]:
@@ -81,7 +81,7 @@ def main() -> None:
     args = parser.parse_args()
     home = (args.home or Path(tempfile.mkdtemp(prefix="rlloop-bench-"))).resolve()
     os.environ.setdefault("RLLOOP_TEST_SEED", "20261201")  # one hidden test set for both runs
-    from agent.models import resolve_base_model
+    from agent.run.models import resolve_base_model
 
     resolve_base_model("tiny-arith", home)  # built outside the timed region
     print(f"{os.cpu_count()} cores; {args.loop_n} trials of {args.trial_steps} steps; {args.repeat} pair(s)")

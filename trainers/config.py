@@ -1,7 +1,7 @@
 """One pydantic config per recipe, all sharing the fields every trainer needs.
 
 Every field carries `Field(description=...)`: the agent's LLM proposer sees a recipe through these descriptions
-(agent/llm/recipes.py), and a test holds every registered recipe to it. A recipe that only changes a default
+(agent/proposers/recipes.py), and a test holds every registered recipe to it. A recipe that only changes a default
 (`max_steps: int = 400`) keeps the description its base class gave the field.
 """
 

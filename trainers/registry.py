@@ -102,7 +102,7 @@ def _top_level_location(module: str) -> Path | None:
 def plugin_files(name: str) -> list[Path]:
     """What a process must see to find the plugin recipe `name` through its entry point: the top-level package (or
     module file) of the entry point and of the recipe's code, and the metadata folder of each distribution declaring
-    it. Empty for built-ins and for recipes registered in code; the trial request mounts these (agent/trials.py)."""
+    it. Empty for built-ins and for recipes registered in code; the trial request mounts these (agent/loop/trials.py)."""
     module = get_recipe(name).run.__module__
     own = module.split(".")[0] != __name__.split(".")[0]  # the recipe's code is the plugin's, not trainers'
     declaring = [

@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING
 from tasks.plugins import Registry
 
 if TYPE_CHECKING:
-    from agent.config import RunConfig
     from agent.llm.budget import Budget
     from agent.proposers.base import Proposer
+    from agent.run.config import RunConfig
 
 ProposerFactory = Callable[["RunConfig", "Budget"], "Proposer"]
 

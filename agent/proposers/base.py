@@ -87,7 +87,7 @@ class TrialRecord(BaseModel):
     grading: dict[str, Any] = Field(default_factory=dict)  # the grader's answer to this trial's submission
     approval: dict[str, Any] | None = None  # who decided, when, why (when the approval policy gated it)
     sandbox: dict[str, Any] = Field(default_factory=dict)  # backend and image digest the trial ran with
-    # the checkpoint's score on the workspace's public valid split (agent.validation), free of any submission
+    # the checkpoint's score on the workspace's public valid split (agent.loop.validation), free of any submission
     valid_score: float | None = None
     valid_ci_low: float | None = None
     valid_ci_high: float | None = None
@@ -115,7 +115,7 @@ class ProposalContext(BaseModel):
     recipes: list[str] = Field(default_factory=list)
     seed: int = 0
     feedback: str | None = None  # e.g. a human's rejection reason for the previous proposal
-    # where the run's files are, so a proposer can check the paths it proposes (agent.proposal_paths); None: unknown
+    # where the run's files are, so a proposer can check the paths it proposes (agent.loop.proposal_paths); None: unknown
     workspace: str | None = None
     base_model_path: str | None = None
 

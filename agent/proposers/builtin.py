@@ -5,7 +5,7 @@ keep training the best checkpoint while that pays off (annealing the learning ra
 when progress stalls, move to RL (GRPO, then OPO, DPO, GAD) from the best checkpoint when supervised training has
 plateaued, and back off after a crash or a reviewer's rejection.
 
-It judges trials by their free valid score when the loop has one (agent.validation; a checkpoint the submission
+It judges trials by their free valid score when the loop has one (agent.loop.validation; a checkpoint the submission
 policy kept from the grader has no public score), by the grader's public score otherwise, and stops the run once the
 best checkpoint's valid CI lower bound reaches the ceiling. This greedy cascade is `--proposer greedy`;
 `agent.proposers.tree` is the search-tree policy over the same recipes.
@@ -13,8 +13,8 @@ best checkpoint's valid CI lower bound reaches the ceiling. This greedy cascade 
 
 from __future__ import annotations
 
+from agent.loop.validation import CEILING
 from agent.proposers.base import Operator, Proposal, ProposalContext, SearchDone, TrialRecord
-from agent.validation import CEILING
 
 DEFAULT_LR = {"sft": 1e-3, "grpo": 1e-4, "opo": 1e-4, "dpo": 5e-5, "gad": 1e-4}
 RL_CYCLE = (

@@ -5,7 +5,7 @@ that are fields of that recipe's config with valid values, an `init_from` that n
 `train_py` that compiles. A rejected answer goes back to the model with the reasons, up to `max_repair_attempts`
 times, then `ProposalError`. Tokens and dollars of every call land in the client's `calls` and its `Budget`.
 
-Inside a run (`attach_run`) the model may first call tools (`agent.llm.tools`): up to `max_tool_calls` per proposal,
+Inside a run (`attach_run`) the model may first call tools (`agent.proposers.tools`): up to `max_tool_calls` per proposal,
 each recorded in trials/<id>/proposal_tools.jsonl, the run log and the node's MLflow trace. Tool rounds are not
 answers and do not use up repair attempts; once the tool budget is spent the model is told to answer, and a model
 that keeps calling tools is rejected like any other bad answer (so `ProposalError` ends it, with that reason).
@@ -24,10 +24,11 @@ from pydantic import ValidationError
 
 from agent.llm.budget import Budget
 from agent.llm.client import CallRecord, ChatReply, LLMClient, LLMSettings, Message
-from agent.llm.codecheck import check_code
 from agent.llm.errors import LLMError, LLMUnavailableError
 from agent.llm.pricing import PriceTable
-from agent.llm.prompts import (
+from agent.loop.proposal_paths import closed_field_problems, proposal_problems
+from agent.proposers.base import Proposal, ProposalContext
+from agent.proposers.prompts import (
     echo,
     proposal_prompt,
     proposal_schema,
@@ -37,11 +38,10 @@ from agent.llm.prompts import (
     tool_budget_spent,
     tools_note,
 )
-from agent.llm.recipes import RecipeCatalog
-from agent.llm.tools import ToolCallRecord, ToolEnv, call_tool, tool_specs
-from agent.proposal_paths import closed_field_problems, proposal_problems
-from agent.proposers.base import Proposal, ProposalContext
-from agent.tracking import child_span
+from agent.proposers.recipes import RecipeCatalog
+from agent.proposers.static_check import check_code
+from agent.proposers.tools import ToolCallRecord, ToolEnv, call_tool, tool_specs
+from agent.run.tracking import child_span
 from tasks.atomic import atomic_write_text
 
 logger = logging.getLogger(__name__)
@@ -122,7 +122,7 @@ class LLMProposer:
         self.max_repair_attempts = max_repair_attempts  # re-asks after the first answer
         self.max_tool_calls = max_tool_calls  # per proposal; tools are offered only with a tool_env
         self.tool_env = tool_env
-        self.lessons = lessons  # what earlier runs learned (agent.memory), shown in the prompt
+        self.lessons = lessons  # what earlier runs learned (agent.proposers.memory), shown in the prompt
         self.tool_calls: list[ToolCallRecord] = []  # the last proposal's tool calls
         self.on_tool_call: Callable[[ToolCallRecord], None] | None = None  # e.g. a line in the run log
         self._catalog = catalog
@@ -150,7 +150,7 @@ class LLMProposer:
         return cls(client, max_repair_attempts=max_repair_attempts, max_tool_calls=max_tool_calls)
 
     def attach_run(self, run: Any, trial_id: str) -> None:
-        """Called by the loop before each proposal with its live resources (`agent.resources.RunResources`): tools
+        """Called by the loop before each proposal with its live resources (`agent.loop.resources.RunResources`): tools
         read that run's workspace and run scripts in its sandbox; calls are logged to its run log; lessons come
         from its memory when the run has `--memory`."""
         from rich.markup import escape
@@ -160,7 +160,7 @@ class LLMProposer:
             f"    [dim]tool {r.name}({escape(_args_text(r.arguments))}): {escape(r.summary)} ({r.seconds:.2f}s)[/dim]"
         )
         if run.config.memory and self.lessons is None:
-            from agent.memory import lessons_text
+            from agent.proposers.memory import lessons_text
 
             self.lessons = lessons_text(run.config.home, run.config.benchmark, run.config.base_model)
 

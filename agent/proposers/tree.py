@@ -1,7 +1,7 @@
 """The search-tree policy: the built-in proposer as a noise-aware search over the tree of trials.
 
 Every trial is a node whose parent is the checkpoint it trained from (the base model is the root). A node's value
-is its free valid score with its 95% CI (agent.validation; the public score where there is none). Each step:
+is its free valid score with its 95% CI (agent.loop.validation; the public score where there is none). Each step:
 
 1. A trial that just failed is debugged once: the same move from the same parent, half the learning rate and
    batch.
@@ -25,9 +25,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from agent.loop.validation import CEILING
 from agent.proposers.base import Operator, Proposal, ProposalContext, SearchDone, TrialRecord
 from agent.proposers.builtin import DEFAULT_LR, RL_CYCLE, trial_budget, value
-from agent.validation import CEILING
 
 K_CHILDREN = 3  # scored children without gain beyond noise that close a node
 UCB_C = 0.05  # weight of the visit bonus, in score units
@@ -189,9 +189,9 @@ class TreeProposer:
 
     def attach_run(self, run: Any, trial_id: str) -> None:
         """Called by the loop before each proposal: with `--memory`, the best remembered first move of earlier
-        runs on this benchmark and base model (agent.memory) becomes this run's first draft."""
+        runs on this benchmark and base model (agent.proposers.memory) becomes this run's first draft."""
         if run.config.memory and self.remembered is None:
-            from agent.memory import best_start
+            from agent.proposers.memory import best_start
 
             self.remembered = best_start(run.config.home, run.config.benchmark, run.config.base_model)
 

@@ -18,7 +18,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse
 from pydantic import ValidationError
 
-from agent.approvals import list_pending, write_decision
+from agent.loop.approvals import list_pending, write_decision
+from agent.run.workspace import new_run_id
 from agent.service.auth import ADD_HINT, UserDirectory, users_file_for
 from agent.service.guard import Caller, authorize
 from agent.service.records import load_record
@@ -38,7 +39,6 @@ from agent.service.schemas import (
 from agent.service.settings import ServiceSettings
 from agent.service.views import MlflowLinks, pending_view, run_detail, run_links, run_summary
 from agent.service.workers import RunConflictError, RunNotFoundError, WorkerPool
-from agent.workspace import new_run_id
 from grader.benchmarks import get_benchmark
 
 PAGE = Path(__file__).with_name("page.html")

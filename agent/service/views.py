@@ -11,10 +11,10 @@ from typing import Any, TypeVar
 from pydantic import BaseModel
 
 from agent.proposers.base import TrialRecord
+from agent.run.status import RunRow, read_state, run_row
 from agent.service.records import REQUEST_NAME, WORKER_LOG_NAME, WorkerRecord
 from agent.service.schemas import Links, PendingApproval, RunDetail, RunSummary, TrialView, WorkerView
 from agent.service.workers import last_error
-from agent.status import RunRow, read_state, run_row
 
 View = TypeVar("View", bound=BaseModel)
 
@@ -146,7 +146,7 @@ class MlflowLinks:
             if parent in self._cache:
                 return self._cache[parent]
         try:
-            from agent.tracking import Tracker
+            from agent.run.tracking import Tracker
 
             url = Tracker(tracking_uri, self.artifact_root).run_url(parent, self.ui_base)
         except Exception:  # the store is busy or gone: the rest of the page still matters

@@ -18,8 +18,10 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
-from agent.children import Child, signal_group, spawn_child
-from agent.config import RunConfig
+from agent.run.children import Child, signal_group, spawn_child
+from agent.run.config import RunConfig
+from agent.run.status import read_state
+from agent.run.workspace import atomic_write_json
 from agent.service.records import (
     REQUEST_NAME,
     WORKER_LOG_NAME,
@@ -30,8 +32,6 @@ from agent.service.records import (
     save_record,
 )
 from agent.service.settings import ServiceSettings
-from agent.status import read_state
-from agent.workspace import atomic_write_json
 from tasks import procfs
 
 log = logging.getLogger(__name__)

@@ -11,7 +11,7 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.markdown import Markdown
 
-from agent.config import parse_duration
+from agent.run.config import parse_duration
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__, pretty_exceptions_enable=False)
 console = Console(highlight=False)
@@ -64,7 +64,7 @@ def bench(
     home: Annotated[Path | None, typer.Option(help="RLLOOP_HOME (default ./.rlloop).")] = None,
 ) -> None:
     """Run every benchmark x base model x agent x seed combination as a research run; resumable by --sweep-id."""
-    from agent.external import ExternalAgentError, is_agent_folder, load_agent
+    from agent.external.driver import ExternalAgentError, is_agent_folder, load_agent
     from agent.proposers import PROPOSERS
     from agent.sweeps.driver import run_sweep
     from agent.sweeps.spec import SweepSpec
@@ -87,7 +87,7 @@ def bench(
         except ExternalAgentError as exc:
             _fail(str(exc))
     if folders:
-        from agent.external import missing_agent_image
+        from agent.external.driver import missing_agent_image
 
         problem = missing_agent_image(sandbox or "auto")
         if problem is not None:

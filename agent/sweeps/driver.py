@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.markup import escape
 
+from agent.run.workspace import ensure_home
 from agent.sweeps import manifest as manifests
 from agent.sweeps.executors import Executor, make_executor
 from agent.sweeps.manifest import Entry, Manifest
@@ -22,7 +23,6 @@ from agent.sweeps.progress import sweep_table
 from agent.sweeps.spec import SweepSpec
 from agent.sweeps.tracking import SweepTracker
 from agent.sweeps.worker import Outcome, WorkerPayload
-from agent.workspace import ensure_home
 
 
 class SweepInterrupted(Exception):

@@ -20,7 +20,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from agent.children import Child, spawn_child
+from agent.run.children import Child, spawn_child
 from agent.sweeps.worker import Outcome, WorkerPayload, outcome_path
 from sandbox import untrusted
 from tasks import procfs

@@ -9,9 +9,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from agent.results import summary_figures
+from agent.run.results import summary_figures
+from agent.run.workspace import atomic_write_json
 from agent.sweeps.spec import Combination, SweepSpec
-from agent.workspace import atomic_write_json
 
 EntryStatus = Literal["pending", "running", "finished", "failed", "interrupted"]
 DONE: tuple[str, ...] = ("finished",)

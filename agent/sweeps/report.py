@@ -13,8 +13,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from agent.reporting import save_figure
-from agent.results import summary_figures
+from agent.run.reporting import save_figure
+from agent.run.results import summary_figures
 from agent.sweeps.manifest import Manifest, sweeps_dir
 from tasks.atomic import atomic_write_text
 
@@ -32,7 +32,7 @@ ALPHA = 0.05
 
 class RunNumbers(BaseModel):
     """One finished run's figures, from its summary.json: baseline, best and improvement as results.csv reports
-    them (`agent.results.summary_figures`), the rest from the grader's finalize section."""
+    them (`agent.run.results.summary_figures`), the rest from the grader's finalize section."""
 
     run_id: str
     benchmark: str

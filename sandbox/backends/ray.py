@@ -73,7 +73,7 @@ class RaySandbox:
 
     @property
     def python(self) -> str:
-        """The interpreter trials run with (see agent.trials.python_for)."""
+        """The interpreter trials run with (see agent.loop.trials.python_for)."""
         return sys.executable if self.inner == "local" else "python"
 
     def _ray(self) -> Any:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.approvals import (
+from agent.loop.approvals import (
     Decision,
     clear_pending,
     list_pending,

@@ -17,11 +17,11 @@ import httpx
 import pytest
 from rich.console import Console
 
-from agent.agent_failure import diagnose
-from agent.autorl import AutoRLAdapter, init_run_meta, read_run_meta
-from agent.external import TokenRelay
-from agent.results import read_results
-from agent.workspace import RunPaths, prepare_workspace
+from agent.external.agent_failure import diagnose
+from agent.external.autorl import AutoRLAdapter, init_run_meta, read_run_meta
+from agent.external.driver import TokenRelay
+from agent.run.results import read_results
+from agent.run.workspace import RunPaths, prepare_workspace
 from grader.benchmarks import get_benchmark
 from grader.benchmarks.gsm8k import GSM8KBenchmark, find_data_dir
 from sandbox.base import SandboxResult
@@ -191,9 +191,9 @@ def test_diagnose_names_the_line_that_says_what_failed(tmp_path: Path) -> None:
 def test_a_missing_agent_image_says_which_command_builds_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from agent.config import RunConfig
-    from agent.external import AgentImageMissingError, agent_sandbox
-    from agent.reporting import Reporter
+    from agent.external.driver import AgentImageMissingError, agent_sandbox
+    from agent.run.config import RunConfig
+    from agent.run.reporting import Reporter
     from sandbox import images
     from sandbox.status import docker_status
 
@@ -271,7 +271,7 @@ def test_an_agent_that_fails_on_import_is_reported_failed_with_its_error(
 ) -> None:
     from mlflow import MlflowClient
 
-    from agent.external import AGENT_ERROR_TAG
+    from agent.external.driver import AGENT_ERROR_TAG
 
     monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
     agent = tmp_path / "broken_agent"

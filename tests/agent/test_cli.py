@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from agent.cli import app
+from agent.cli.commands import app
 from agent.proposers import PROPOSERS
 from sandbox.registry import SANDBOXES
 

@@ -13,14 +13,14 @@ from typing import Any
 
 import pytest
 
-from agent.concurrency import finished, more_proposals, outcome_file, split_request, trial_cpus, width
-from agent.config import RunConfig
 from agent.llm.budget import Budget, BudgetLimits
+from agent.loop.concurrency import finished, more_proposals, outcome_file, split_request, trial_cpus, width
 from agent.proposers.base import Proposal, ProposalContext, TrialRecord
 from agent.proposers.tree import TreeProposer
-from agent.reporting import Reporter
-from agent.status import read_state
-from agent.workspace import RunPaths
+from agent.run.config import RunConfig
+from agent.run.reporting import Reporter
+from agent.run.status import read_state
+from agent.run.workspace import RunPaths
 from sandbox import untrusted
 from sandbox.base import SandboxRequest
 from sandbox.devices import plan_devices
@@ -108,7 +108,7 @@ def test_a_step_reserves_compute_before_launch(tmp_path: Path) -> None:
 
 
 def test_finished_outcome_is_read_back_only_when_complete(tmp_path: Path) -> None:
-    from agent.workspace import atomic_write_json
+    from agent.run.workspace import atomic_write_json
 
     paths = RunPaths(tmp_path, "r")
     record = TrialRecord(trial_id="t01", index=1, proposal=Proposal(hypothesis="h", recipe="sft"))

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from agent.config import RunConfig, load_config_file, parse_duration
+from agent.run.config import RunConfig, load_config_file, parse_duration
 
 
 def test_durations() -> None:
@@ -46,7 +46,7 @@ def test_config_file(tmp_path: Path) -> None:
 def test_every_config_field_is_a_cli_flag_of_the_same_name() -> None:
     import inspect
 
-    from agent.cli import run
+    from agent.cli.commands import run
 
     flags = set(inspect.signature(run).parameters)
     assert set(RunConfig.model_fields) <= flags, set(RunConfig.model_fields) - flags

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 from mlflow import MlflowClient
 
-from agent.results import read_results
-from agent.status import collect_runs, read_state
+from agent.run.results import read_results
+from agent.run.status import collect_runs, read_state
 
 pytestmark = pytest.mark.slow
 

@@ -11,10 +11,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from agent.config import RunConfig
-from agent.external import ExternalAgentError, TokenRelay, agent_grader, load_agent, run_external
-from agent.results import read_results
-from agent.workspace import RunPaths
+from agent.external.driver import ExternalAgentError, TokenRelay, agent_grader, load_agent, run_external
+from agent.run.config import RunConfig
+from agent.run.results import read_results
+from agent.run.workspace import RunPaths
 
 FIXTURE = Path(__file__).parent / "fixtures" / "example_agent"
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agent.config import RunConfig
-from agent.finish import ended_early
-from agent.results import (
+from agent.run.config import RunConfig
+from agent.run.finish import ended_early
+from agent.run.results import (
     RESULTS_COLUMNS,
     ResultRow,
     final_figures,
@@ -14,7 +14,7 @@ from agent.results import (
     result_row,
     summary_figures,
 )
-from agent.workspace import RunPaths
+from agent.run.workspace import RunPaths
 
 
 def test_the_rows_figures_are_the_graders_reported_ones() -> None:

@@ -62,7 +62,7 @@ def hub_cache(tmp_path_factory: pytest.TempPathFactory, tiny_chat_dir: Path) -> 
 
 
 def resolve_offline(name: str, home: Path, hf_home: Path) -> subprocess.CompletedProcess[str]:
-    """agent.models.resolve_base_model in a fresh process (huggingface_hub reads HF_* when it is imported)."""
+    """agent.run.models.resolve_base_model in a fresh process (huggingface_hub reads HF_* when it is imported)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
     env.update(
         HF_HOME=str(hf_home),
@@ -72,7 +72,7 @@ def resolve_offline(name: str, home: Path, hf_home: Path) -> subprocess.Complete
         HF_HUB_DISABLE_TELEMETRY="1",
     )
     code = (
-        "import sys; from pathlib import Path; from agent.models import resolve_base_model, ModelNotFoundError\n"
+        "import sys; from pathlib import Path; from agent.run.models import resolve_base_model, ModelNotFoundError\n"
         "try:\n    print(resolve_base_model(sys.argv[1], Path(sys.argv[2])))\n"
         "except ModelNotFoundError as exc:\n    print(exc, file=sys.stderr); sys.exit(3)\n"
     )

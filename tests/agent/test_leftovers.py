@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from agent.grading import stop_stale_grader
-from agent.leftovers import end_leftovers
-from agent.reporting import Reporter
-from agent.workspace import RunPaths
+from agent.run.grading import stop_stale_grader
+from agent.run.leftovers import end_leftovers
+from agent.run.reporting import Reporter
+from agent.run.workspace import RunPaths
 from tests.support.processes import alive, still_alive
 
 # Looks like a grader of that run to /proc (its cmdline names `grader` and the run's grader folder); ignores SIGTERM
@@ -72,7 +72,7 @@ def test_a_pid_that_is_no_longer_a_grader_is_left_alone(tmp_path: Path) -> None:
 # A run-like parent: starts a child that ignores SIGTERM with the grader's parent-death signal, prints its pid.
 PARENT = """
 import signal, subprocess, sys, time
-from agent.children import die_with_parent
+from agent.run.children import die_with_parent
 child = subprocess.Popen(
     [sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(300)"],
     preexec_fn=die_with_parent(signal.SIGKILL),

@@ -25,10 +25,10 @@ from agent.llm import (
     PriceTableError,
     RetryPolicy,
 )
-from agent.llm.recipes import RecipeCatalog
-from agent.llm.trial_tree import render_trial_tree
 from agent.proposers.base import Proposal, ProposalContext, Proposer, TrialRecord
 from agent.proposers.llm import LLMProposer, ProposalError, check_code
+from agent.proposers.recipes import RecipeCatalog
+from agent.proposers.trial_tree import render_trial_tree
 from grader.benchmarks.arith import ArithBenchmark
 from tests.support.openai_server import ScriptedOpenAIServer, error, reply
 from trainers.config import TrainerConfig

@@ -14,12 +14,12 @@ from mlflow import MlflowClient
 
 from agent.llm import LLMClient, LLMSettings, PriceTable, RetryPolicy
 from agent.llm.budget import Budget, BudgetLimits
-from agent.llm.recipes import RecipeCatalog
-from agent.llm.tools import TOOLS, ToolEnv, _scripts_off, call_tool, failure_clusters, tool_specs
 from agent.proposers.base import Proposal, ProposalContext, TrialRecord
 from agent.proposers.llm import LLMProposer, ProposalError
-from agent.tracking import TRIAL_TAG, Tracker
-from agent.workspace import RunPaths
+from agent.proposers.recipes import RecipeCatalog
+from agent.proposers.tools import TOOLS, ToolEnv, _scripts_off, call_tool, failure_clusters, tool_specs
+from agent.run.tracking import TRIAL_TAG, Tracker
+from agent.run.workspace import RunPaths
 from sandbox.backends.local import LocalSandbox
 from tests.support.openai_server import ScriptedOpenAIServer, call, reply, tool_calls
 from trainers.config import TrainerConfig
@@ -65,8 +65,8 @@ def run_dir(tmp_path: Path) -> RunPaths:
     (t01 / "log.txt").write_text("".join(f"step {i} loss {1 / (i + 1):.3f}\n" for i in range(100)))
     (t01 / "metrics.json").write_text(
         json.dumps({"train_loss": 0.31})
-    )  # the host's copy (agent.trials.outcome)
-    (t01 / "validation.json").write_text(json.dumps(VALIDATION))  # the layout agent.validation writes
+    )  # the host's copy (agent.loop.trials.outcome)
+    (t01 / "validation.json").write_text(json.dumps(VALIDATION))  # the layout agent.loop.validation writes
     return paths
 
 

@@ -18,14 +18,14 @@ from pathlib import Path
 
 import pytest
 
-from agent.results import read_results
+from agent.run.results import read_results
 from tests.agent.service_support import ACTIVE, kill_workers, running_service, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 OPEN_STORE = """
 import sys
 from pathlib import Path
-from agent.tracking import Tracker
+from agent.run.tracking import Tracker
 
 home = Path(sys.argv[1])
 tracker = Tracker(f"sqlite:///{home / 'mlflow.db'}", home / "mlartifacts")
@@ -35,7 +35,7 @@ print("OPENED")
 BUILD = """
 import sys
 from pathlib import Path
-from agent.models import resolve_base_model
+from agent.run.models import resolve_base_model
 
 path = resolve_base_model("tiny-arith", Path(sys.argv[1]), on_build=lambda name: print("BUILDING", name, flush=True))
 print("MODEL", path)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agent.memory import best_start, lessons_text, load, memory_file, remember_run
 from agent.proposers.base import Proposal, TrialRecord
+from agent.proposers.memory import best_start, lessons_text, load, memory_file, remember_run
 
 
 def _trial(trial_id: str, status: str, score: float | None, **proposal: object) -> TrialRecord:

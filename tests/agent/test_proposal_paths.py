@@ -18,16 +18,16 @@ from typing import Any
 import pytest
 from pydantic import BaseModel, Field
 
-from agent.config import RunConfig
 from agent.llm import LLMClient, LLMSettings, PriceTable, RetryPolicy
-from agent.llm.recipes import RecipeCatalog
-from agent.proposal_paths import LOOP_OWNED_FIELDS, path_fields, proposal_problems
+from agent.loop.nodes import Research
+from agent.loop.proposal_paths import LOOP_OWNED_FIELDS, path_fields, proposal_problems
+from agent.loop.trials import ProposalRefusedError, TrialSetupError, prepare_trial, recipe_config
 from agent.proposers.base import Proposal, ProposalContext, TrialRecord
 from agent.proposers.llm import LLMProposer
-from agent.reporting import Reporter
-from agent.runner import Research
-from agent.trials import ProposalRefusedError, TrialSetupError, prepare_trial, recipe_config
-from agent.workspace import RunPaths
+from agent.proposers.recipes import RecipeCatalog
+from agent.run.config import RunConfig
+from agent.run.reporting import Reporter
+from agent.run.workspace import RunPaths
 from sandbox.registry import get_sandbox
 from sandbox.view import FIXED
 from tests.support.openai_server import ScriptedOpenAIServer, reply

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from agent.status import read_state
+from agent.run.status import read_state
 from tests.support.processes import run_processes, running_containers, still_alive
 
 pytestmark = pytest.mark.slow

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.approvals import publish_pending, read_decision
+from agent.loop.approvals import publish_pending, read_decision
 from agent.proposers.base import Proposal, TrialRecord
 from agent.service.records import WORKER_LOG_NAME, WorkerRecord, load_record, save_record
 from tasks import procfs

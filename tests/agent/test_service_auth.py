@@ -19,7 +19,7 @@ import pytest
 from fastapi.routing import APIRoute
 from starlette.routing import BaseRoute
 
-from agent.approvals import publish_pending, read_decision
+from agent.loop.approvals import publish_pending, read_decision
 from agent.proposers.base import Proposal, TrialRecord
 from agent.service import ServiceSettings, create_app, serve
 from agent.service.auth import (

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.approvals import read_decision
-from agent.results import read_results
+from agent.loop.approvals import read_decision
+from agent.run.results import read_results
 from tests.agent.service_support import kill_workers, running_service, wait_for
 
 pytestmark = pytest.mark.slow

@@ -1,7 +1,7 @@
 """The approvals page in a real headless Chromium, driven over the Chrome DevTools Protocol.
 
 Clicks Approve, Edit & approve and Reject (with a typed reason) with real mouse events on proposals published with
-agent.approvals.publish_pending, and checks the decision files the waiting run would read.
+agent.loop.approvals.publish_pending, and checks the decision files the waiting run would read.
 `.ci/chromium.sh` installs Chromium; without it the test is skipped, except in CI (env CI set), where it fails.
 """
 
@@ -21,7 +21,7 @@ import httpx
 import pytest
 from websockets.sync.client import ClientConnection, connect
 
-from agent.approvals import Decision, publish_pending, read_decision
+from agent.loop.approvals import Decision, publish_pending, read_decision
 from agent.proposers.base import Proposal, TrialRecord
 from tests.agent.service_support import add_users, running_service
 

@@ -196,7 +196,7 @@ def test_local_sweep_runs_tags_mlflow_and_is_not_repeated(tiny_model_home: Path)
 @pytest.mark.ray
 def test_ray_sweep_survives_a_worker_killed_mid_trial(tiny_model_home: Path) -> None:
     ray = pytest.importorskip("ray")
-    from agent.status import read_state
+    from agent.run.status import read_state
     from agent.sweeps.driver import run_sweep
     from agent.sweeps.executors import RayExecutor
 

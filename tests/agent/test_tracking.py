@@ -17,9 +17,9 @@ import pytest
 import torch
 from mlflow import MlflowClient
 
-from agent.environment import environment_record, flat_params
 from agent.proposers.base import Proposal, TrialRecord
-from agent.tracking import EXPERIMENT_KIND_TAG, NODE_TAG, TRIAL_TAG, Tracker, child_span, traced_nodes
+from agent.run.environment import environment_record, flat_params
+from agent.run.tracking import EXPERIMENT_KIND_TAG, NODE_TAG, TRIAL_TAG, Tracker, child_span, traced_nodes
 
 
 def test_parent_and_trials_are_idempotent(tmp_path: Path) -> None:

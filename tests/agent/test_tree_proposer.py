@@ -144,11 +144,11 @@ def test_when_a_drafts_branch_closes_the_base_is_drafted_again_at_another_rate()
 
 
 def test_with_memory_the_first_draft_is_the_best_remembered_first_move(tmp_path: Path) -> None:
-    """--memory: an earlier run's lessons, written by agent.memory, seed the tree's first draft; later proposals
+    """--memory: an earlier run's lessons, written by agent.proposers.memory, seed the tree's first draft; later proposals
     and runs without --memory are the policy's own."""
     from types import SimpleNamespace
 
-    from agent.memory import remember_run
+    from agent.proposers.memory import remember_run
 
     earlier = [
         _trial(1, (0.30, 0.25, 0.35), lr=3e-5, recipe="grpo"),

@@ -64,8 +64,8 @@ def test_each_trial_gets_a_gpu_and_the_grader_another(tmp_path: Path, tiny_model
 
 
 def test_gpu_trials_under_docker_need_the_gpu_image_and_say_how_to_build_it() -> None:
-    from agent.config import RunConfig
-    from agent.startup import gpu_image_opts
+    from agent.run.config import RunConfig
+    from agent.run.startup import gpu_image_opts
     from sandbox.images import TRAINER_GPU_IMAGE
     from sandbox.status import docker_status
 

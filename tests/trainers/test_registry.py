@@ -47,8 +47,8 @@ register_recipe(Recipe("echo_loud", "Shout a message.", EchoConfig, lambda c: _w
 IN_TRIAL = """
 import json, sys
 from pathlib import Path
-from agent.trials import PreparedTrial, fresh_output, sandbox_request, trial_folders
-from agent.workspace import RunPaths
+from agent.loop.trials import PreparedTrial, fresh_output, sandbox_request, trial_folders
+from agent.run.workspace import RunPaths
 from sandbox.backends.local import LocalSandbox
 
 home = Path(sys.argv[1])
@@ -81,7 +81,7 @@ def test_builtins_are_registered_explicitly_and_opcd_registers_both() -> None:
 
 @pytest.mark.parametrize("name", RECIPES.names())
 def test_every_config_field_is_described(name: str) -> None:
-    """The LLM proposer sees a recipe through its field descriptions (agent/llm/recipes.py): none may be blank."""
+    """The LLM proposer sees a recipe through its field descriptions (agent/proposers/recipes.py): none may be blank."""
     config = get_recipe(name).config_class
     missing = [field for field, info in config.model_fields.items() if not (info.description or "").strip()]
     assert not missing, f"{name} ({config.__name__}) has fields without Field(description=...): {missing}"

@@ -89,7 +89,7 @@ def test_same_seed_same_bytes(tmp_path: Path) -> None:
 def test_resolve_base_model_builds_tiny_chat_on_first_use(
     name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from agent import models
+    from agent.run import models
 
     built: list[str] = []
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from agent.cli import app as rlloop
+from agent.cli.commands import app as rlloop
 from tests.trainers.verl_plan_grid import CLEAN_ENV, LMOPS_COMMANDS
 from trainers.verl.plan import FAMILIES, FAMILY_TRACKS, STAGES, plan
 

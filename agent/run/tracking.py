@@ -18,8 +18,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
-from agent.environment import environment_record, flat_params
 from agent.proposers.base import TrialRecord
+from agent.run.environment import environment_record, flat_params
 from sandbox import untrusted
 from tasks import once
 

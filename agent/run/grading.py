@@ -15,9 +15,9 @@ from typing import Any
 
 import httpx
 
-from agent.children import Child, kill_tree, spawn_child
-from agent.config import RunConfig
-from agent.workspace import RunPaths, atomic_write_json
+from agent.run.children import Child, kill_tree, spawn_child
+from agent.run.config import RunConfig
+from agent.run.workspace import RunPaths, atomic_write_json
 from sandbox.devices import DevicePlan, plan_devices
 from tasks import procfs
 

@@ -12,8 +12,8 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
-from agent.config import RunConfig, load_config_file
 from agent.proposers import PROPOSERS
+from agent.run.config import RunConfig, load_config_file
 from sandbox.registry import SANDBOXES
 from tasks.plugins import Registry
 
@@ -64,10 +64,10 @@ def build_config(config_file: Path | None, flags: dict[str, Any]) -> RunConfig:
 
 
 def _execute(config: RunConfig, resume_run_id: str | None = None) -> None:
-    from agent.grading import GraderError
-    from agent.models import ModelNotFoundError
-    from agent.runner import execute
-    from agent.workspace import HomeNotWritableError
+    from agent.loop.nodes import execute
+    from agent.run.grading import GraderError
+    from agent.run.models import ModelNotFoundError
+    from agent.run.workspace import HomeNotWritableError
     from tasks.plugins import UnknownPluginError
 
     try:
@@ -203,7 +203,7 @@ def benchmarks() -> None:
 @app.command()
 def runs(home: Annotated[Path | None, typer.Option()] = None) -> None:
     """Past runs with baseline, best, submissions and status (newest last)."""
-    from agent.status import collect_runs
+    from agent.run.status import collect_runs
 
     rows = collect_runs(_home(home))
     if not rows:
@@ -230,7 +230,7 @@ def runs(home: Annotated[Path | None, typer.Option()] = None) -> None:
 @app.command()
 def approvals(home: Annotated[Path | None, typer.Option()] = None) -> None:
     """Proposals waiting for a decision, across runs."""
-    from agent.approvals import list_pending
+    from agent.loop.approvals import list_pending
 
     pending = list_pending(_home(home) / "runs")
     if not pending:
@@ -266,7 +266,7 @@ def approve(
     """Approve, edit (--set), reject (--reject REASON) or --terminate a waiting proposal."""
     import json
 
-    from agent.approvals import Decision, list_pending, write_decision
+    from agent.loop.approvals import Decision, list_pending, write_decision
 
     runs_dir = _home(home) / "runs"
     waiting = [t for r, t in list_pending(runs_dir) if r == run_id]
@@ -304,8 +304,8 @@ def ui(
     ] = 1,
 ) -> None:
     """Open the MLflow UI on the run store: a lean server (one worker, no job runners)."""
-    from agent.children import run_child
-    from agent.tracking import ui_command
+    from agent.run.children import run_child
+    from agent.run.tracking import ui_command
 
     root = _home(home).resolve()
     cmd, env = ui_command(root, host=host, port=port, workers=workers)
@@ -344,9 +344,9 @@ def grade_serve(
     import json
     import secrets
 
-    from agent.grading import free_port
-    from agent.models import ModelNotFoundError, resolve_base_model
-    from agent.workspace import atomic_write_json, ensure_home, new_run_id
+    from agent.run.grading import free_port
+    from agent.run.models import ModelNotFoundError, resolve_base_model
+    from agent.run.workspace import atomic_write_json, ensure_home, new_run_id
     from grader.benchmarks import get_benchmark
     from tasks.plugins import UnknownPluginError
 
@@ -389,7 +389,7 @@ def grade_serve(
     console.print(f"  GRADER_TOKEN={config['token']}")
     console.print(f"  submissions must lie under {config['allowed_roots'][0]}; store: {private}")
     console.print("  the baseline is scored before /health reports ready; Ctrl-C stops the server")
-    from agent.children import run_child
+    from agent.run.children import run_child
 
     raise typer.Exit(run_child([sys.executable, "-m", "grader", "serve", "--config", str(config_path)]))
 

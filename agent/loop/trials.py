@@ -22,9 +22,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from agent.proposal_paths import closed_field_problems, proposal_problems
+from agent.loop.proposal_paths import closed_field_problems, proposal_problems
 from agent.proposers.base import Proposal, TrialRecord
-from agent.workspace import RunPaths, atomic_write_json, atomic_write_text
+from agent.run.workspace import RunPaths, atomic_write_json, atomic_write_text
 from sandbox import untrusted
 from sandbox.base import Mount, Sandbox, SandboxRequest, SandboxResult, maps_paths
 from sandbox.namespaces import hand_to_sandbox_user
@@ -49,7 +49,7 @@ class TrialSetupError(ValueError):
 
 
 class ProposalRefusedError(TrialSetupError):
-    """The proposal sets a field the loop owns or names a file the trial cannot see (agent.proposal_paths)."""
+    """The proposal sets a field the loop owns or names a file the trial cannot see (agent.loop.proposal_paths)."""
 
 
 class CheckpointChangedError(TrialSetupError):

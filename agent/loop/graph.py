@@ -2,7 +2,7 @@
 
     prepare -> propose -> [approve] -> run_trial -> validate -> [submit] -> record -> (propose | finish)
 
-validate scores the checkpoint on the public valid split; the submission policy (`agent.submission`) decides there
+validate scores the checkpoint on the public valid split; the submission policy (`agent.loop.submission`) decides there
 whether it goes to the grader or straight to record.
 
 State holds only plain JSON-able data; live resources (grader process, sandbox, MLflow client) belong to the
@@ -34,10 +34,12 @@ class LoopState(TypedDict, total=False):
     final: dict[str, Any]
     timings: dict[str, float]
     halt: str | None  # why the loop must stop early (e.g. the proposer's endpoint is gone)
-    baseline_valid: dict[str, Any] | None  # the base model's valid score, n and CI (agent.validation)
+    baseline_valid: dict[str, Any] | None  # the base model's valid score, n and CI (agent.loop.validation)
     submit_now: bool  # the submission policy's decision for the trial in flight (set by validate)
     search_done: str | None  # the proposer found nothing left worth trying: why the run ends early, finished
-    queue: list[dict[str, Any]]  # the rest of a concurrent step's trials, in id order (agent.concurrency)
+    queue: list[
+        dict[str, Any]
+    ]  # the rest of a concurrent step's trials, in id order (agent.loop.concurrency)
 
 
 class LoopNodes(Protocol):

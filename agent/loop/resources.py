@@ -1,7 +1,7 @@
 """The live resources behind one research run's nodes: config, workspace, grader, sandbox, proposer, budget, MLflow.
 
 They are rebuilt, never deserialised, when a run resumes: the graph's state holds only plain data, and the grader
-comes back (with its whole store) the first time a node asks for it. `agent.runner.Research` adds the nodes.
+comes back (with its whole store) the first time a node asks for it. `agent.loop.nodes.Research` adds the nodes.
 """
 
 from __future__ import annotations
@@ -13,16 +13,16 @@ from typing import Any, cast
 
 from langchain_core.runnables import RunnableConfig
 
-from agent.config import RunConfig
-from agent.grading import GraderProcess
-from agent.graph import LoopState
 from agent.llm.budget import Budget
+from agent.loop.graph import LoopState
+from agent.loop.trials import trial_request
 from agent.proposers.base import Proposal, Proposer, TrialRecord
-from agent.reporting import Reporter
-from agent.startup import make_budget
-from agent.tracking import Tracker
-from agent.trials import trial_request
-from agent.workspace import RunPaths
+from agent.run.config import RunConfig
+from agent.run.grading import GraderProcess
+from agent.run.reporting import Reporter
+from agent.run.startup import make_budget
+from agent.run.tracking import Tracker
+from agent.run.workspace import RunPaths
 from grader.benchmarks import get_benchmark
 from sandbox.base import Sandbox, SandboxRequest
 from sandbox.devices import DevicePlan, plan_devices

@@ -6,10 +6,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from agent.config import RunConfig
 from agent.llm.budget import Budget, BudgetLimits
-from agent.reporting import Reporter
-from agent.workspace import RunPaths, ensure_home, new_run_id
+from agent.run.config import RunConfig
+from agent.run.reporting import Reporter
+from agent.run.workspace import RunPaths, ensure_home, new_run_id
 from sandbox.base import Sandbox
 from sandbox.registry import isolation_of
 from tasks.atomic import atomic_write_json
@@ -34,7 +34,7 @@ def locate_run(config: RunConfig, resume_run_id: str | None) -> RunPaths:
 def record_run(config: RunConfig, paths: RunPaths) -> None:
     """Create the run's folder and write what it runs with (run.json, read back on resume) and who runs it (pid)."""
     paths.run_dir.mkdir(parents=True, exist_ok=True)
-    from agent.environment import environment_record
+    from agent.run.environment import environment_record
 
     atomic_write_json(
         paths.run_json,

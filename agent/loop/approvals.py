@@ -17,7 +17,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from agent.proposers.base import Proposal, TrialRecord
-from agent.workspace import atomic_write_json
+from agent.run.workspace import atomic_write_json
 
 
 class Decision(BaseModel):

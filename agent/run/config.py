@@ -98,7 +98,7 @@ class RunConfig(BaseSettings):
     min_submit_interval: float = Field(0.0, ge=0, description="Minimum seconds between two submissions.")
     submit: Literal["all", "improved", "final"] = Field(
         "improved",
-        description="Which checkpoints go to the grader (agent.submission): improved = only one that beats the "
+        description="Which checkpoints go to the grader (agent.loop.submission): improved = only one that beats the "
         "best submitted one on the valid split beyond noise; final = the best by valid score, once, at the end; "
         "all = every trained checkpoint.",
     )

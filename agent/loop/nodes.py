@@ -1,8 +1,8 @@
-"""The research loop's nodes: what each step of the graph (`agent.graph`) does with the run's live resources.
+"""The research loop's nodes: what each step of the graph (`agent.loop.graph`) does with the run's live resources.
 
 prepare scores the baseline, propose asks the proposer, approve waits for a reviewer, run_trial trains in the
 sandbox, submit grades, record keeps the result, finish ends the run. Starting, pausing and resuming a run is
-`agent.driver`; the end of a run (results row, plot, MLflow) is `agent.finish`.
+`agent.loop.driver`; the end of a run (results row, plot, MLflow) is `agent.run.finish`.
 """
 
 from __future__ import annotations
@@ -15,9 +15,14 @@ from typing import Any
 
 from langgraph.types import interrupt
 
-from agent import approvals, concurrency
-from agent.codecheck import check_and_repair
-from agent.finish import (
+from agent.llm.errors import LLMBudgetExhaustedError, LLMUnavailableError
+from agent.loop import approvals, concurrency
+from agent.loop.codecheck import check_and_repair
+from agent.loop.graph import LoopState
+from agent.loop.submission import Screened
+from agent.loop.trials import TrialSetupError, outcome
+from agent.proposers.base import Proposal, ProposalContext, SearchDone, TrialRecord
+from agent.run.finish import (
     FINISH_RESERVE_S,
     best_checkpoint,
     close_tracking,
@@ -25,23 +30,18 @@ from agent.finish import (
     submission_summary,
     write_ending,
 )
-from agent.grading import GraderError
-from agent.graph import LoopState
-from agent.interrupts import failpoint
-from agent.llm.errors import LLMBudgetExhaustedError, LLMUnavailableError
-from agent.proposers.base import Proposal, ProposalContext, SearchDone, TrialRecord
-from agent.reporting import submission_flags
-from agent.results import final_figures, result_row
-from agent.submission import Screened
-from agent.tracking import traced_nodes
-from agent.trials import TrialSetupError, outcome
+from agent.run.grading import GraderError
+from agent.run.interrupts import failpoint
+from agent.run.reporting import submission_flags
+from agent.run.results import final_figures, result_row
+from agent.run.tracking import traced_nodes
 from grader.figures import run_figures
 
 
 @traced_nodes  # each node is an MLflow trace linked to its trial's run
 class Research(Screened):
     """Implements the loop's nodes over one run's workspace, grader, sandbox, proposer and MLflow parent run
-    (validate, and the submission policy, come from `agent.submission.Screened`)."""
+    (validate, and the submission policy, come from `agent.loop.submission.Screened`)."""
 
     # ---- routing -----------------------------------------------------------------------------------------------
     def stop_reason(self, state: LoopState) -> str | None:
@@ -51,7 +51,7 @@ class Research(Screened):
             return str(state["halt"])
         if state.get("search_done"):
             return str(state["search_done"])
-        if state.get("queue"):  # trained in the same concurrent step (agent.concurrency): recorded first
+        if state.get("queue"):  # trained in the same concurrent step (agent.loop.concurrency): recorded first
             return None
         exhausted = self.budget.exhausted()
         if exhausted:
@@ -164,7 +164,7 @@ class Research(Screened):
         self.reporter.info(f"    [dim]{proposal.hypothesis}[/dim]")
         record = TrialRecord(trial_id=trial_id, index=index, proposal=proposal, status="pending")
         k = concurrency.width(self.config, len(trials), self.submission_cap - state.get("submissions", 0))
-        if k > 1:  # --trial-concurrency: up to k - 1 more trials train with this one (agent.concurrency)
+        if k > 1:  # --trial-concurrency: up to k - 1 more trials train with this one (agent.loop.concurrency)
             more = concurrency.more_proposals(
                 self, context, record, k, reserved_s=proposal.estimated_cost_s or 0.0
             )
@@ -200,7 +200,7 @@ class Research(Screened):
 
     def run_trial(self, state: LoopState) -> dict[str, Any]:
         record = TrialRecord.model_validate(state["current"])
-        if record.status != "pending":  # trained with the step's other trials (agent.concurrency)
+        if record.status != "pending":  # trained with the step's other trials (agent.loop.concurrency)
             return {}
         queued = concurrency.queued_records(state)
         if queued:  # --trial-concurrency: this trial and the queued ones train at once
@@ -376,8 +376,10 @@ class Research(Screened):
         )
         graded, update = self.submit_final(state, self.submit) if status != "failed" else (state, {})
         final = self.finalize(graded, success=status != "failed", status=status, reason=reason)
-        if self.config.memory:  # lessons for the next run on this benchmark and base model (agent.memory)
-            from agent.memory import remember_run
+        if (
+            self.config.memory
+        ):  # lessons for the next run on this benchmark and base model (agent.proposers.memory)
+            from agent.proposers.memory import remember_run
 
             c, trials = self.config, self.trials(graded)
             baseline = graded.get("baseline_score")
@@ -453,10 +455,10 @@ def _recipes(allowed: str | None) -> list[str]:
 
 
 def __getattr__(name: str) -> Any:
-    """`agent.runner.execute`, where older callers import it from: the driver lives in `agent.driver` (which
+    """`agent.loop.nodes.execute`, where older callers import it from: the driver lives in `agent.loop.driver` (which
     imports this module, so the name is looked up on first use)."""
     if name == "execute":
-        from agent.driver import execute
+        from agent.loop.driver import execute
 
         return execute
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -11,7 +11,7 @@ start checkpoint, the training data, the output folder, the benchmark) are close
 
 Path fields are found by type (`Path`, `Path | None`, `list[Path]`, paths inside nested models) and, so a recipe
 that types them loosely is still covered, by name (`*_path`, `*_file`, `*_dir` and their plurals). The functions
-here return problems, one line each, so the LLM proposer can send them back to the model and `agent.trials` can
+here return problems, one line each, so the LLM proposer can send them back to the model and `agent.loop.trials` can
 refuse the trial with them.
 """
 
@@ -28,7 +28,7 @@ from pydantic import BaseModel
 
 from sandbox.view import FIXED, TrialView
 
-# Config fields the loop fills in for every trial (agent.trials.recipe_config); a proposal must not set them.
+# Config fields the loop fills in for every trial (agent.loop.trials.recipe_config); a proposal must not set them.
 LOOP_OWNED_FIELDS = frozenset(
     {"model_path", "train_file", "output_dir", "benchmark", "prompt_format", "system_prompt"}
 )

@@ -16,7 +16,9 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from agent.proposal_paths import LOOP_OWNED_FIELDS  # fields the loop fills in; a proposal must not set them
+from agent.loop.proposal_paths import (
+    LOOP_OWNED_FIELDS,  # fields the loop fills in; a proposal must not set them
+)
 
 logger = logging.getLogger(__name__)
 

@@ -24,16 +24,16 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agent.interrupts import failpoint
+from agent.loop.trials import TrialSetupError, verify_checkpoint
 from agent.proposers.base import Proposal, ProposalContext, TrialRecord
-from agent.trials import TrialSetupError, verify_checkpoint
-from agent.workspace import RunPaths, atomic_write_json
+from agent.run.interrupts import failpoint
+from agent.run.workspace import RunPaths, atomic_write_json
 from sandbox import untrusted
 from sandbox.base import SandboxRequest
 
 if TYPE_CHECKING:
-    from agent.config import RunConfig
-    from agent.runner import Research
+    from agent.loop.nodes import Research
+    from agent.run.config import RunConfig
     from sandbox.devices import DevicePlan
 
 OUTCOME = "outcome.json"

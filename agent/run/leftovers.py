@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from collections import Counter
 
-from agent.grading import stop_stale_grader
-from agent.reporting import Reporter
-from agent.workspace import RunPaths
+from agent.run.grading import stop_stale_grader
+from agent.run.reporting import Reporter
+from agent.run.workspace import RunPaths
 from sandbox.base import Sandbox
 
 

@@ -1,4 +1,4 @@
-"""Which checkpoints go to the grader (`RunConfig.submit`), decided on the free valid split (`agent.validation`).
+"""Which checkpoints go to the grader (`RunConfig.submit`), decided on the free valid split (`agent.loop.validation`).
 
 - "all": every trained checkpoint is submitted (the loop's behaviour before validation existed).
 - "improved" (default): a checkpoint is submitted only when it beats the reference beyond noise, where the reference
@@ -15,11 +15,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal, cast
 
-from agent.graph import LoopState
-from agent.interrupts import failpoint
-from agent.proposers.base import TrialRecord
-from agent.resources import RunResources
-from agent.validation import (
+from agent.loop.graph import LoopState
+from agent.loop.resources import RunResources
+from agent.loop.validation import (
     BASE_ID,
     Validation,
     load_validation,
@@ -28,6 +26,8 @@ from agent.validation import (
     validate,
     validation_file,
 )
+from agent.proposers.base import TrialRecord
+from agent.run.interrupts import failpoint
 from grader.config import EvalConfig
 
 SubmitPolicy = Literal["all", "improved", "final"]
@@ -79,10 +79,10 @@ def best_by_valid(trials: list[TrialRecord], *, submitted: bool | None = None) -
 
 
 class Screened(RunResources):
-    """The loop's validation step and submission policy over one run's resources (`agent.runner.Research`)."""
+    """The loop's validation step and submission policy over one run's resources (`agent.loop.nodes.Research`)."""
 
     def eval_config(self) -> EvalConfig:
-        """The grader's decoding, batching and prompt format (agent.grading builds its EvalConfig from the same
+        """The grader's decoding, batching and prompt format (agent.run.grading builds its EvalConfig from the same
         settings)."""
         if self.config.prompt_format == "chat":
             return EvalConfig(

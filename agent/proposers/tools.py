@@ -33,7 +33,7 @@ from tasks.plugins import Registry
 if TYPE_CHECKING:
     from agent.llm.budget import Budget
     from agent.proposers.base import TrialRecord
-    from agent.workspace import RunPaths
+    from agent.run.workspace import RunPaths
     from sandbox.base import Sandbox
 
 MAX_RESULT_CHARS = 6000  # what one tool result may put in the prompt
@@ -65,7 +65,7 @@ class ToolEnv:
 
     @classmethod
     def from_run(cls, run: Any, trial_id: str, trials: list[TrialRecord]) -> ToolEnv:
-        """The environment of a running loop (`agent.resources.RunResources`), for the trial being proposed."""
+        """The environment of a running loop (`agent.loop.resources.RunResources`), for the trial being proposed."""
         return cls(
             workspace=run.paths.workspace,
             trials=trials,
@@ -287,7 +287,7 @@ def _validation_results(env: ToolEnv, args: ValidationArgs) -> ToolOutput:
             f"trial {args.trial_id} has no validation results (no trials/{args.trial_id}/validation.json); "
             f"trials: {env.trial_ids()}"
         )
-    from agent.validation import Validation
+    from agent.loop.validation import Validation
 
     try:  # the host's own file, read back only in its own shape
         data = Validation.model_validate_json(env.read(args.trial_id, "validation.json")).model_dump()
@@ -400,7 +400,7 @@ def _run_script(env: ToolEnv, args: ScriptArgs) -> ToolOutput:
         raise ToolFailure("run_script is not available here (no sandbox): reason from the other tools")
     if env.budget is not None and (reason := env.budget.exhausted()):
         raise ToolFailure(f"no compute left for scripts: {reason}")
-    from agent.trials import PreparedTrial, fresh_output, python_for, sandbox_request, trial_folders
+    from agent.loop.trials import PreparedTrial, fresh_output, python_for, sandbox_request, trial_folders
     from sandbox.base import maps_paths
 
     env.scripts_run += 1

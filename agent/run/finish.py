@@ -2,7 +2,7 @@
 row, summary.json, the score plot, the MLflow parent closed, and the summary a person reads.
 
 A run's numbers come from the grader's finalize, never from files in the workspace: its `reported` figures, by the
-one score rule (`grader.figures`), read by `agent.results.final_figures`; the row is `agent.results.result_row`.
+one score rule (`grader.figures`), read by `agent.run.results.final_figures`; the row is `agent.run.results.result_row`.
 """
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ from typing import Any
 
 import httpx
 
-from agent.config import RunConfig
-from agent.grading import GraderError
-from agent.reporting import Reporter, flagged_report, plot_scores
-from agent.results import ResultRow, append_result_row, result_row
-from agent.tracking import Tracker
-from agent.workspace import RunPaths
+from agent.run.config import RunConfig
+from agent.run.grading import GraderError
+from agent.run.reporting import Reporter, flagged_report, plot_scores
+from agent.run.results import ResultRow, append_result_row, result_row
+from agent.run.tracking import Tracker
+from agent.run.workspace import RunPaths
 from sandbox import untrusted
 from tasks.atomic import atomic_write_json
 

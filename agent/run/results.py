@@ -23,8 +23,8 @@ from grader.figures import RunFigures, run_figures
 from tasks.atomic import atomic_write
 
 if TYPE_CHECKING:
-    from agent.config import RunConfig
-    from agent.workspace import RunPaths
+    from agent.run.config import RunConfig
+    from agent.run.workspace import RunPaths
 
 
 def _now() -> str:

@@ -1,5 +1,5 @@
 """The run driver: start (or resume) a research run, drive its graph to the end through approval pauses, and stop
-it cleanly on Ctrl-C or SIGTERM, leaving it resumable. The nodes themselves are `agent.runner.Research`."""
+it cleanly on Ctrl-C or SIGTERM, leaving it resumable. The nodes themselves are `agent.loop.nodes.Research`."""
 
 from __future__ import annotations
 
@@ -13,18 +13,18 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.types import Command
 
-from agent import approvals
-from agent.config import RunConfig
-from agent.finish import ended_early, error_line, interrupted_before_start, print_summary
-from agent.graph import LoopState, build_graph
-from agent.interrupts import RunInterrupted, interrupts_as_exceptions
-from agent.leftovers import end_leftovers
-from agent.models import resolve_base_model
+from agent.loop import approvals
+from agent.loop.graph import LoopState, build_graph
+from agent.loop.nodes import Research
 from agent.proposers import make_proposer
-from agent.reporting import Reporter
-from agent.runner import Research
-from agent.startup import locate_run, make_budget, open_sandbox, record_run
-from agent.workspace import RunPaths, prepare_workspace
+from agent.run.config import RunConfig
+from agent.run.finish import ended_early, error_line, interrupted_before_start, print_summary
+from agent.run.interrupts import RunInterrupted, interrupts_as_exceptions
+from agent.run.leftovers import end_leftovers
+from agent.run.models import resolve_base_model
+from agent.run.reporting import Reporter
+from agent.run.startup import locate_run, make_budget, open_sandbox, record_run
+from agent.run.workspace import RunPaths, prepare_workspace
 from grader.benchmarks import get_benchmark
 from sandbox.devices import plan_devices
 
@@ -159,7 +159,7 @@ def _recover_current(values: dict[str, Any], research: Research) -> Any:
     current = values.get("current")
     if current and current.get("status") in ("pending", "running"):
         queued = [t["trial_id"] for t in values.get("queue") or []]
-        if queued:  # a concurrent step (agent.concurrency): a finished trial is read back, not retrained
+        if queued:  # a concurrent step (agent.loop.concurrency): a finished trial is read back, not retrained
             names = ", ".join([current["trial_id"], *queued])
             research.reporter.warn(f"{names} were interrupted mid-step; the unfinished ones will restart")
         else:

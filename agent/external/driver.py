@@ -10,13 +10,13 @@ folder (the run's `agent/`); the data, the instructions, the base model and run_
 `agent-meta/`, reached through a link the host put there first) are mounted into it read-only, and it sees no host
 path. Its submissions are read from its folder by the grader's copy (`grader.checkpoint.snapshot_submission`), never
 followed. Its exit code is its success flag; what it submitted is read back from the grader, never from the agent. An agent that fails is reported with its error line
-(`agent.agent_failure`) on the console, in summary.json, MLflow and the sweep's table and report.
+(`agent.external.agent_failure`) on the console, in summary.json, MLflow and the sweep's table and report.
 
 Token: the rlloop grader wants `Authorization: Bearer <token>` on /submit, which an AutoRL-Bench agent never
 sends. The token is never handed to the agent; instead a `TokenRelay` on the host's 127.0.0.1 forwards the
 agent-facing endpoints (/submit, /health, /time, /scores, /best) to the grader with the header added, and refuses
 everything else (/finalize above all). The sandbox's `network="grader"` makes that relay the only reachable host.
-The relay also speaks AutoRL-Bench's dialect where rlloop's grader differs (`agent.autorl.AutoRLAdapter`).
+The relay also speaks AutoRL-Bench's dialect where rlloop's grader differs (`agent.external.autorl.AutoRLAdapter`).
 """
 
 from __future__ import annotations
@@ -35,18 +35,18 @@ import yaml
 from pydantic import BaseModel, Field, ValidationError, field_validator
 from rich.markup import escape
 
-from agent.agent_failure import AgentFailure, diagnose
-from agent.autorl import AutoRLAdapter, init_run_meta, update_run_meta
-from agent.config import RunConfig
-from agent.finish import FINISH_RESERVE_S, close_tracking, read_final, write_ending
-from agent.grading import GraderProcess
-from agent.interrupts import RunInterrupted, interrupts_in_main_thread
-from agent.reporting import Reporter
-from agent.results import final_figures, result_row
-from agent.startup import locate_run, open_sandbox, record_run
-from agent.tracking import Tracker
-from agent.trials import TRAIN_ENV
-from agent.workspace import RunPaths, prepare_workspace
+from agent.external.agent_failure import AgentFailure, diagnose
+from agent.external.autorl import AutoRLAdapter, init_run_meta, update_run_meta
+from agent.loop.trials import TRAIN_ENV
+from agent.run.config import RunConfig
+from agent.run.finish import FINISH_RESERVE_S, close_tracking, read_final, write_ending
+from agent.run.grading import GraderProcess
+from agent.run.interrupts import RunInterrupted, interrupts_in_main_thread
+from agent.run.reporting import Reporter
+from agent.run.results import final_figures, result_row
+from agent.run.startup import locate_run, open_sandbox, record_run
+from agent.run.tracking import Tracker
+from agent.run.workspace import RunPaths, prepare_workspace
 from sandbox import untrusted
 from sandbox.base import Mount, Sandbox, SandboxRequest, SandboxResult, maps_paths
 from sandbox.namespaces import hand_to_sandbox_user
@@ -281,8 +281,8 @@ def run_external(
     sandbox: Sandbox | None = None,
 ) -> dict[str, Any]:
     """Run (or re-run, keeping the grader's store, on resume) an external agent. Returns the run's summary, shaped
-    like `agent.driver.execute`'s: the results.csv row plus `status`, `stop_reason`, `grader`, `agent_exit_code`."""
-    from agent.models import resolve_base_model
+    like `agent.loop.driver.execute`'s: the results.csv row plus `status`, `stop_reason`, `grader`, `agent_exit_code`."""
+    from agent.run.models import resolve_base_model
     from grader.benchmarks import get_benchmark
 
     spec = load_agent(agent_dir)
@@ -391,7 +391,7 @@ def _finalize(
     isolation: str,
     failure: AgentFailure | None = None,
 ) -> dict[str, Any]:
-    """Everything reported comes from the grader's finalize, as for built-in runs (`agent.finish`)."""
+    """Everything reported comes from the grader's finalize, as for built-in runs (`agent.run.finish`)."""
     final = read_final(reporter, lambda: grader.finalize() if _alive(grader) else {})
     success = bool(result is not None and result.ok)
     row = result_row(

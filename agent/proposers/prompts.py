@@ -6,9 +6,9 @@ import json
 from typing import Any
 
 from agent.llm.budget import Budget
-from agent.llm.recipes import RecipeCatalog
-from agent.llm.trial_tree import render_trial_tree
 from agent.proposers.base import Proposal, ProposalContext
+from agent.proposers.recipes import RecipeCatalog
+from agent.proposers.trial_tree import render_trial_tree
 
 MAX_FAILURE_CHARS = 6000
 MAX_ECHO_CHARS = 4000

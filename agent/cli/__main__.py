@@ -1,0 +1,3 @@
+from agent.cli.commands import main
+
+main()

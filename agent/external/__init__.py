@@ -1,0 +1,1 @@
+"""External agents: a run driven by an outside agent (AutoRL-Bench layout) instead of the research loop."""
