@@ -14,7 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from agent.loop.nodes import execute
+from agent.loop.driver import execute
 from agent.run.config import RunConfig
 from agent.run.reporting import Reporter
 from agent.run.status import read_state

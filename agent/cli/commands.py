@@ -64,7 +64,7 @@ def build_config(config_file: Path | None, flags: dict[str, Any]) -> RunConfig:
 
 
 def _execute(config: RunConfig, resume_run_id: str | None = None) -> None:
-    from agent.loop.nodes import execute
+    from agent.loop.driver import execute
     from agent.run.grading import GraderError
     from agent.run.models import ModelNotFoundError
     from agent.run.workspace import HomeNotWritableError

@@ -452,13 +452,3 @@ def _recipes(allowed: str | None) -> list[str]:
     if allowed:
         return [r.strip() for r in allowed.split(",") if r.strip()]
     return [r.name for r in list_recipes()]
-
-
-def __getattr__(name: str) -> Any:
-    """`agent.loop.nodes.execute`, where older callers import it from: the driver lives in `agent.loop.driver` (which
-    imports this module, so the name is looked up on first use)."""
-    if name == "execute":
-        from agent.loop.driver import execute
-
-        return execute
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

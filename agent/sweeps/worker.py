@@ -67,7 +67,7 @@ def run_combination(payload: WorkerPayload) -> Outcome:
         config = RunConfig(**fields)
         summary = run_external(config, combination.agent, resume_run_id=payload.run_id if started else None)
     else:
-        from agent.loop.nodes import execute
+        from agent.loop.driver import execute
 
         started = paths.checkpoints_db.exists()
         config = RunConfig(**fields)
