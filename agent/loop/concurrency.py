@@ -24,6 +24,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from agent.loop.context import RunContext
+from agent.loop.resources import RunResources
 from agent.loop.trials import TrialSetupError, verify_checkpoint
 from agent.proposers.base import Proposal, ProposalContext, TrialRecord
 from agent.run.interrupts import failpoint
@@ -32,7 +34,6 @@ from sandbox import untrusted
 from sandbox.base import SandboxRequest
 
 if TYPE_CHECKING:
-    from agent.loop.nodes import Research
     from agent.run.config import RunConfig
     from sandbox.devices import DevicePlan
 
@@ -90,26 +91,26 @@ def _same(a: Proposal, b: Proposal) -> bool:
 
 
 def more_proposals(
-    research: Research, context: ProposalContext, first: TrialRecord, k: int, *, reserved_s: float
+    run: RunResources, context: ProposalContext, first: TrialRecord, k: int, *, reserved_s: float
 ) -> list[TrialRecord]:
     """Up to k - 1 more trials for this step, each proposed with the batch so far as pending trials. The batch
     ends early (never failing the step) when the proposer has nothing more, repeats a pending proposal, fails, or
     the compute budget has no room for another trial's estimated cost."""
     batch = [first]
-    limit = research.budget.limits.max_compute_s
-    room = None if limit is None else limit - research.budget.spent().compute_s - reserved_s
+    limit = run.budget.limits.max_compute_s
+    room = None if limit is None else limit - run.budget.spent().compute_s - reserved_s
     while len(batch) < k:
         index = first.index + len(batch)
         trial_id = f"t{index:02d}"
         seen = context.model_copy(
             update={"trials": [*context.trials, *batch], "trials_left": context.trials_left - len(batch)}
         )
-        if hasattr(research.proposer, "attach_run"):
-            research.proposer.attach_run(research, trial_id)
+        if hasattr(run.proposer, "attach_run"):
+            run.proposer.attach_run(run, trial_id)
         try:
-            proposal = research.proposer.propose(seen)
+            proposal = run.proposer.propose(seen)
         except Exception as exc:  # noqa: BLE001 - SearchDone, an LLM error: the next sequential step will see it
-            research.reporter.info(
+            run.reporter.info(
                 f"    [dim]{len(batch)} trial(s) in this step ({type(exc).__name__}: {exc})[/dim]"
             )
             break
@@ -120,10 +121,10 @@ def more_proposals(
             if cost > room:
                 break
             room -= cost
-        research.reporter.info(
+        run.reporter.info(
             f"[bold cyan]{trial_id}[/bold cyan] {proposal.recipe} from {proposal.init_from or 'base model'} (concurrent)"
         )
-        research.reporter.info(f"    [dim]{proposal.hypothesis}[/dim]")
+        run.reporter.info(f"    [dim]{proposal.hypothesis}[/dim]")
         batch.append(TrialRecord(trial_id=trial_id, index=index, proposal=proposal, status="pending"))
     return batch[1:]
 
@@ -159,13 +160,13 @@ def finished(paths: RunPaths, record: TrialRecord) -> TrialRecord | None:
 
 
 def train_batch(
-    research: Research,
+    run: RunContext,
     records: list[TrialRecord],
     train: Callable[[TrialRecord, int, int], TrialRecord],
 ) -> list[TrialRecord]:
     """Train `records` at once (`train(record, k, slot)` trains one), in threads; each outcome is written to its
     trial folder the moment it is known. Returns the outcomes in trial-id order."""
-    paths, k = research.paths, len(records)
+    paths, k = run.paths, len(records)
     results: list[TrialRecord | None] = [None] * k
     errors: list[BaseException] = []
 
@@ -173,7 +174,7 @@ def train_batch(
         try:
             done = finished(paths, record)
             if done is not None:
-                research.reporter.info(
+                run.reporter.info(
                     f"    {record.trial_id} finished before the interruption: not trained again"
                 )
                 results[slot] = done
@@ -190,8 +191,8 @@ def train_batch(
         threading.Thread(target=one, args=(i, r), name=f"trial-{r.trial_id}") for i, r in enumerate(records)
     ]
     names = ", ".join(r.trial_id for r in records)
-    research.reporter.info(f"    {names}: training {k} at once")
-    with research.reporter.watching(
+    run.reporter.info(f"    {names}: training {k} at once")
+    with run.reporter.watching(
         f"{names} training ({k} at once)", paths.trial_dir(records[0].trial_id) / "log.txt"
     ):
         for thread in threads:

@@ -14,6 +14,7 @@ from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.types import Command
 
 from agent.loop import approvals
+from agent.loop.context import RunContext
 from agent.loop.graph import LoopState, build_graph
 from agent.loop.nodes import Research
 from agent.proposers import make_proposer
@@ -57,6 +58,7 @@ def execute(
     record_run(config, paths)
     reporter = reporter or Reporter(paths.log_file, quiet=config.quiet)
     research: Research | None = None
+    graph: Any = None  # the compiled graph, checkpointed to the run's SQLite file
     try:
         with interrupts_as_exceptions():
             reporter.info(
@@ -77,13 +79,24 @@ def execute(
             reporter.info(
                 f"proposer: {proposer.name} | sandbox: {sandbox.name} | workspace: {paths.workspace}"
             )
-            research = Research(config, paths, reporter, proposer, sandbox, budget, devices)
-            research.base_model = base_model
+            context = RunContext(
+                config=config,
+                paths=paths,
+                reporter=reporter,
+                proposer=proposer,
+                sandbox=sandbox,
+                budget=budget,
+                devices=devices,
+                base_model=base_model,
+                benchmark=benchmark,
+            )
+            research = Research(context)
             if came_back:  # trials, a grader an earlier, killed process left: ended and named in the log
                 end_leftovers(sandbox, paths, reporter)
-            values = _drive(research, resume=bool(resume_run_id))
+            graph = build_graph(research).compile(checkpointer=open_checkpointer(paths.checkpoints_db))
+            values = _drive(graph, research, resume=bool(resume_run_id))
     except (RunInterrupted, KeyboardInterrupt) as exc:
-        return _stop(research, config, paths, reporter, str(exc) or "SIGINT")
+        return _stop(research, graph, config, paths, reporter, str(exc) or "SIGINT")
     except BaseException as exc:
         if research is not None:
             research.sandbox.cleanup({"rlloop.run": paths.run_id})
@@ -113,7 +126,7 @@ def _saved_config(paths: RunPaths, config: RunConfig) -> RunConfig:
 
 
 def _stop(
-    research: Research | None, config: RunConfig, paths: RunPaths, reporter: Reporter, reason: str
+    research: Research | None, graph: Any, config: RunConfig, paths: RunPaths, reporter: Reporter, reason: str
 ) -> dict[str, Any]:
     """Interrupted: stop the trials and the grader, write the results row (success false), say how to resume."""
     reporter.warn(f"interrupted ({reason}): stopping trials, keeping the workspace and logs")
@@ -121,19 +134,31 @@ def _stop(
         summary = interrupted_before_start(config, paths, reason)
     else:
         research.sandbox.cleanup({"rlloop.run": paths.run_id})
-        summary = research.finalize(research.last_state(), success=False, status="interrupted", reason=reason)
+        summary = research.finalize(
+            _last_state(graph, paths), success=False, status="interrupted", reason=reason
+        )
         research.close()
     reporter.info(f"resume with: rlloop resume {paths.run_id}")
     reporter.close()
     return summary
 
 
-def _drive(research: Research, *, resume: bool) -> LoopState:
+def _thread(paths: RunPaths) -> RunnableConfig:
+    """The run's one thread in the checkpointer."""
+    return {"configurable": {"thread_id": paths.run_id}, "recursion_limit": 10_000}
+
+
+def _last_state(graph: Any, paths: RunPaths) -> LoopState:
+    """The last checkpointed state (empty before the graph was built)."""
+    if graph is None:
+        return cast(LoopState, {})
+    return cast(LoopState, graph.get_state(_thread(paths)).values)
+
+
+def _drive(graph: Any, research: Research, *, resume: bool) -> LoopState:
     """Invoke the graph until it ends, pausing at approval interrupts until a decision arrives."""
     paths, reporter = research.paths, research.reporter
-    graph = build_graph(research).compile(checkpointer=open_checkpointer(paths.checkpoints_db))
-    thread: RunnableConfig = {"configurable": {"thread_id": paths.run_id}, "recursion_limit": 10_000}
-    research.graph, research.thread = graph, thread
+    thread = _thread(paths)
     existing = graph.get_state(thread)
     payload: Any = {"run_id": paths.run_id}
     if resume and existing.values:

@@ -205,7 +205,7 @@ class Research(Screened):
         queued = concurrency.queued_records(state)
         if queued:  # --trial-concurrency: this trial and the queued ones train at once
             records = concurrency.train_batch(
-                self,
+                self.context,
                 [record, *queued],
                 lambda r, k, slot: self._train(r, state, k=k, slot=slot),
             )

@@ -1,7 +1,8 @@
 """The live resources behind one research run's nodes: config, workspace, grader, sandbox, proposer, budget, MLflow.
 
 They are rebuilt, never deserialised, when a run resumes: the graph's state holds only plain data, and the grader
-comes back (with its whole store) the first time a node asks for it. `agent.loop.nodes.Research` adds the nodes.
+comes back (with its whole store) the first time a node asks for it. What the driver built before the nodes exist is
+the run's `agent.loop.context.RunContext`; `agent.loop.nodes.Research` adds the nodes.
 """
 
 from __future__ import annotations
@@ -9,62 +10,72 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import Any, cast
-
-from langchain_core.runnables import RunnableConfig
+from typing import Any
 
 from agent.llm.budget import Budget
+from agent.loop.context import RunContext
 from agent.loop.graph import LoopState
 from agent.loop.trials import trial_request
 from agent.proposers.base import Proposal, Proposer, TrialRecord
 from agent.run.config import RunConfig
 from agent.run.grading import GraderProcess
 from agent.run.reporting import Reporter
-from agent.run.startup import make_budget
 from agent.run.tracking import Tracker
 from agent.run.workspace import RunPaths
-from grader.benchmarks import get_benchmark
+from grader.benchmarks import Benchmark
 from sandbox.base import Sandbox, SandboxRequest
-from sandbox.devices import DevicePlan, plan_devices
+from sandbox.devices import DevicePlan
 from sandbox.registry import isolation_of
 
 
 class RunResources:
     """One run's workspace, grader, sandbox, proposer, budget and MLflow client, and the clock of its time budget."""
 
-    def __init__(
-        self,
-        config: RunConfig,
-        paths: RunPaths,
-        reporter: Reporter,
-        proposer: Proposer,
-        sandbox: Sandbox,
-        budget: Budget | None = None,
-        devices: DevicePlan | None = None,
-    ) -> None:
-        self.config = config
-        self.devices = devices or plan_devices(config.trial_gpus)  # NoGPUError: too few GPUs for --trial-gpus
-        if self.devices.gpus or config.trial_gpus:
-            reporter.info(self.devices.describe())
-        self.budget = budget or make_budget(config, paths.budget_ledger)
-        self.paths = paths
-        self.reporter = reporter
-        self.proposer = proposer
-        self.sandbox = sandbox
-        self.benchmark = get_benchmark(config.benchmark)
-        self.base_model: Path = Path()
-        self.tracker = Tracker(config.tracking_uri, config.home / "mlartifacts")
+    def __init__(self, context: RunContext) -> None:
+        self.context = context  # built completely by the driver; nothing is set on this object from outside
+        if context.devices.gpus or context.config.trial_gpus:
+            context.reporter.info(context.devices.describe())
+        self.tracker = Tracker(context.config.tracking_uri, context.config.home / "mlartifacts")
         self._grader: GraderProcess | None = None
         self._mark = time.monotonic()
         self.grader_start_s = 0.0  # wall seconds spent starting the grader (model load + baseline)
-        self.graph: Any = None
-        self.thread: RunnableConfig | None = None
 
-    def last_state(self) -> LoopState:
-        """The last checkpointed state (empty before the graph's first step)."""
-        if self.graph is None or self.thread is None:
-            return cast(LoopState, {})
-        return cast(LoopState, self.graph.get_state(self.thread).values)
+    # ---- the run's context, read-only ---------------------------------------------------------------------------
+    @property
+    def config(self) -> RunConfig:
+        return self.context.config
+
+    @property
+    def paths(self) -> RunPaths:
+        return self.context.paths
+
+    @property
+    def reporter(self) -> Reporter:
+        return self.context.reporter
+
+    @property
+    def proposer(self) -> Proposer:
+        return self.context.proposer
+
+    @property
+    def sandbox(self) -> Sandbox:
+        return self.context.sandbox
+
+    @property
+    def budget(self) -> Budget:
+        return self.context.budget
+
+    @property
+    def devices(self) -> DevicePlan:
+        return self.context.devices
+
+    @property
+    def base_model(self) -> Path:
+        return self.context.base_model
+
+    @property
+    def benchmark(self) -> Benchmark:
+        return self.context.benchmark
 
     @property
     def isolation(self) -> str:

@@ -19,6 +19,7 @@ import pytest
 from pydantic import BaseModel, Field
 
 from agent.llm import LLMClient, LLMSettings, PriceTable, RetryPolicy
+from agent.loop.context import RunContext
 from agent.loop.nodes import Research
 from agent.loop.proposal_paths import LOOP_OWNED_FIELDS, path_fields, proposal_problems
 from agent.loop.trials import ProposalRefusedError, TrialSetupError, prepare_trial, recipe_config
@@ -27,7 +28,10 @@ from agent.proposers.llm import LLMProposer
 from agent.proposers.recipes import RecipeCatalog
 from agent.run.config import RunConfig
 from agent.run.reporting import Reporter
+from agent.run.startup import make_budget
 from agent.run.workspace import RunPaths
+from grader.benchmarks import get_benchmark
+from sandbox.devices import plan_devices
 from sandbox.registry import get_sandbox
 from sandbox.view import FIXED
 from tests.support.openai_server import ScriptedOpenAIServer, reply
@@ -241,8 +245,18 @@ def test_a_refused_proposal_fails_its_trial_in_the_run_log(run: RunPaths, base_m
     reporter = Reporter(run.log_file, quiet=True)
     from agent.proposers.builtin import BuiltinProposer
 
-    research = Research(config, run, reporter, BuiltinProposer(), get_sandbox("local"))
-    research.base_model = base_model
+    context = RunContext(
+        config=config,
+        paths=run,
+        reporter=reporter,
+        proposer=BuiltinProposer(),
+        sandbox=get_sandbox("local"),
+        budget=make_budget(config, run.budget_ledger),
+        devices=plan_devices(config.trial_gpus),
+        base_model=base_model,
+        benchmark=get_benchmark(config.benchmark),
+    )
+    research = Research(context)
     teacher = str(run.grader_dir / "test.jsonl")
     record = TrialRecord(
         trial_id="t01",
