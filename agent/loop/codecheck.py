@@ -6,13 +6,11 @@ from __future__ import annotations
 from agent.loop.resources import RunResources
 from agent.loop.trials import TrialSetupError, checkpoint_ready
 from agent.proposers.base import TrialRecord
+from agent.proposers.static_check import check_code
 
 
 def check_and_repair(run: RunResources, record: TrialRecord, trials: list[TrialRecord]) -> str | None:
     """None once the code (perhaps repaired, in `record.proposal`) passes; else why it failed, in one line."""
-    from agent.proposers.llm import check_code
-
-    repair = getattr(run.proposer, "repair", None)
     attempts = run.config.llm_max_repair_attempts
     for attempt in range(attempts + 1):
         assert record.proposal.train_py is not None
@@ -26,13 +24,20 @@ def check_and_repair(run: RunResources, record: TrialRecord, trials: list[TrialR
         run.reporter.warn(
             f"{record.trial_id}: proposed code failed its check: {failure.splitlines()[-1][:200]}"
         )
-        if repair is None or attempt == attempts:
-            return f"code failed its check: {failure.strip().splitlines()[-1][:300]}"
+        if attempt == attempts:
+            return _failed(failure)
         try:
-            record.proposal = repair(record.proposal, failure)
+            repaired = run.proposer.repair(record.proposal, failure)
         except Exception as exc:
             return f"code failed its check and could not be repaired: {exc}"
+        if repaired is None:  # this proposer cannot repair code (agent.proposers.base.ProposerBase)
+            return _failed(failure)
+        record.proposal = repaired
     return "code failed its check"
+
+
+def _failed(failure: str) -> str:
+    return f"code failed its check: {failure.strip().splitlines()[-1][:300]}"
 
 
 def smoke_run(run: RunResources, record: TrialRecord, trials: list[TrialRecord]) -> str | None:

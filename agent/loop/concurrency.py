@@ -105,8 +105,7 @@ def more_proposals(
         seen = context.model_copy(
             update={"trials": [*context.trials, *batch], "trials_left": context.trials_left - len(batch)}
         )
-        if hasattr(run.proposer, "attach_run"):
-            run.proposer.attach_run(run, trial_id)
+        run.proposer.attach_run(run, trial_id)
         try:
             proposal = run.proposer.propose(seen)
         except Exception as exc:  # noqa: BLE001 - SearchDone, an LLM error: the next sequential step will see it

@@ -133,8 +133,7 @@ class Research(Screened):
             base_model_path=str(self.base_model),
         )
         failpoint("propose", index)
-        if hasattr(self.proposer, "attach_run"):  # its tools, run log and memory (agent.proposers.llm)
-            self.proposer.attach_run(self, trial_id)
+        self.proposer.attach_run(self, trial_id)  # its tools, run log, memory (agent.proposers.base)
         try:
             proposal = self.proposer.propose(context)
         except (

@@ -134,6 +134,11 @@ class RunResources:
                 return {**view, "total_submissions": len(counted)}
         return None
 
+    def secrets(self) -> tuple[str, ...]:
+        """What no result shown to a proposer may carry: the running grader's token (a trial never sees it)."""
+        token = self._grader.token if self._grader is not None else None
+        return (token,) if token else ()
+
     def close(self) -> None:
         if self._grader is not None:
             self._grader.stop()

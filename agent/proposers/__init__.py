@@ -11,40 +11,40 @@ from tasks.plugins import Registry
 
 if TYPE_CHECKING:
     from agent.llm.budget import Budget
-    from agent.proposers.base import Proposer
+    from agent.proposers.base import Proposer, Proposes
     from agent.run.config import RunConfig
 
-ProposerFactory = Callable[["RunConfig", "Budget"], "Proposer"]
+ProposerFactory = Callable[["RunConfig", "Budget"], "Proposes"]
 
 
 # what `builtin` (the default without a driver model) runs; measured in benchmarks/search_policy.py
 BUILTIN_POLICY = "tree"
 
 
-def _builtin(config: RunConfig, budget: Budget) -> Proposer:
+def _builtin(config: RunConfig, budget: Budget) -> Proposes:
     policy = _greedy if BUILTIN_POLICY == "greedy" else _tree
     return policy(config, budget, "builtin")
 
 
-def _greedy(config: RunConfig, budget: Budget, name: str = "greedy") -> Proposer:
+def _greedy(config: RunConfig, budget: Budget, name: str = "greedy") -> Proposes:
     from agent.proposers.builtin import BuiltinProposer
 
     return BuiltinProposer(max_steps=config.trial_steps, name=name)
 
 
-def _tree(config: RunConfig, budget: Budget, name: str = "tree") -> Proposer:
+def _tree(config: RunConfig, budget: Budget, name: str = "tree") -> Proposes:
     from agent.proposers.tree import TreeProposer
 
     return TreeProposer(max_steps=config.trial_steps, name=name)
 
 
-def _random(config: RunConfig, budget: Budget) -> Proposer:
+def _random(config: RunConfig, budget: Budget) -> Proposes:
     from agent.proposers.random_search import RandomProposer
 
     return RandomProposer(max_steps=config.trial_steps)
 
 
-def _llm(config: RunConfig, budget: Budget) -> Proposer:
+def _llm(config: RunConfig, budget: Budget) -> Proposes:
     from agent.proposers.llm import LLMProposer
 
     return LLMProposer.from_env(
@@ -70,5 +70,7 @@ PROPOSERS: Registry[ProposerFactory] = Registry(
 
 
 def make_proposer(config: RunConfig, budget: Budget) -> Proposer:
-    """The proposer `config` names (`config.proposer_name` resolves "auto")."""
-    return PROPOSERS.get(config.proposer_name)(config, budget)
+    """The proposer `config` names (`config.proposer_name` resolves "auto"), with the loop's hooks."""
+    from agent.proposers.base import with_hooks
+
+    return with_hooks(PROPOSERS.get(config.proposer_name)(config, budget))

@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal, Protocol, runtime_checkable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, Protocol, cast, runtime_checkable
 
 from pydantic import BaseModel, Field, model_validator
+
+if TYPE_CHECKING:
+    from agent.llm.budget import Budget
+    from agent.run.config import RunConfig
+    from agent.run.reporting import Reporter
+    from agent.run.workspace import RunPaths
+    from sandbox.base import Sandbox
 
 TrialStatus = Literal["pending", "running", "succeeded", "failed", "rejected", "skipped"]
 Operator = Literal["draft", "improve", "debug", "ablate"]
@@ -120,10 +128,82 @@ class ProposalContext(BaseModel):
     base_model_path: str | None = None
 
 
+class RunView(Protocol):
+    """What a proposer may read of the run it proposes for (`agent.loop.resources.RunResources` is one)."""
+
+    @property
+    def config(self) -> RunConfig: ...
+
+    @property
+    def paths(self) -> RunPaths: ...
+
+    @property
+    def reporter(self) -> Reporter: ...
+
+    @property
+    def sandbox(self) -> Sandbox: ...
+
+    @property
+    def budget(self) -> Budget: ...
+
+    @property
+    def base_model(self) -> Path: ...
+
+    def secrets(self) -> tuple[str, ...]:
+        """What no result shown to a proposer may carry (the grader's token)."""
+        ...
+
+
 @runtime_checkable
-class Proposer(Protocol):
-    """Chooses the next experiment from what earlier trials scored."""
+class Proposes(Protocol):
+    """The least a proposer plugin implements: a name and `propose` (`make_proposer` gives it the hooks' defaults)."""
 
     name: str
 
     def propose(self, context: ProposalContext) -> Proposal: ...
+
+
+@runtime_checkable
+class Proposer(Proposes, Protocol):
+    """Chooses the next experiment from what earlier trials scored. What the loop calls:
+
+    - `propose` for each trial;
+    - `attach_run(run, trial_id)` before each proposal: the run (`RunView`: its folders, sandbox, budget, log,
+      config), for a proposer that uses tools, the run log or the memory of earlier runs;
+    - `repair(proposal, failure)` when a proposal's training code fails its check: a fixed proposal, or None when
+      this proposer cannot repair code (the trial then fails with the check's message).
+
+    `ProposerBase` has the defaults (nothing to attach, no repair)."""
+
+    def attach_run(self, run: RunView, trial_id: str) -> None: ...
+
+    def repair(self, proposal: Proposal, failure: str) -> Proposal | None: ...
+
+
+class ProposerBase:
+    """The hooks' defaults: a proposer that needs nothing of the run and cannot repair code. The built-in
+    proposers derive from it."""
+
+    def attach_run(self, run: RunView, trial_id: str) -> None:
+        return None
+
+    def repair(self, proposal: Proposal, failure: str) -> Proposal | None:
+        return None
+
+
+class WithDefaults(ProposerBase):
+    """A plugin proposer that implements only `name` and `propose`, given the hooks' defaults."""
+
+    def __init__(self, inner: Proposes) -> None:
+        self.inner = inner
+        self.name = inner.name
+
+    def propose(self, context: ProposalContext) -> Proposal:
+        return self.inner.propose(context)
+
+
+def with_hooks(proposer: Proposes) -> Proposer:
+    """`proposer` as the loop calls it: itself when it derives from `ProposerBase`, else with the defaults."""
+    if isinstance(proposer, ProposerBase):
+        return cast(Proposer, proposer)
+    return cast(Proposer, WithDefaults(proposer))

@@ -14,7 +14,7 @@ best checkpoint's valid CI lower bound reaches the ceiling. This greedy cascade 
 from __future__ import annotations
 
 from agent.loop.validation import CEILING
-from agent.proposers.base import Operator, Proposal, ProposalContext, SearchDone, TrialRecord
+from agent.proposers.base import Operator, Proposal, ProposalContext, ProposerBase, SearchDone, TrialRecord
 
 DEFAULT_LR = {"sft": 1e-3, "grpo": 1e-4, "opo": 1e-4, "dpo": 5e-5, "gad": 1e-4}
 RL_CYCLE = (
@@ -92,7 +92,7 @@ def _lr(proposal: Proposal) -> float:
     return float(proposal.hyperparameters.get("learning_rate", DEFAULT_LR.get(proposal.recipe, 1e-4)))
 
 
-class BuiltinProposer:
+class BuiltinProposer(ProposerBase):
     """Chooses recipe, learning rate, start checkpoint and time budget from the scores so far."""
 
     name = "builtin"

@@ -27,7 +27,7 @@ from agent.llm.client import CallRecord, ChatReply, LLMClient, LLMSettings, Mess
 from agent.llm.errors import LLMError, LLMUnavailableError
 from agent.llm.pricing import PriceTable
 from agent.loop.proposal_paths import closed_field_problems, proposal_problems
-from agent.proposers.base import Proposal, ProposalContext
+from agent.proposers.base import Proposal, ProposalContext, ProposerBase, RunView
 from agent.proposers.prompts import (
     echo,
     proposal_prompt,
@@ -97,7 +97,7 @@ def parse_proposal(content: str | None) -> tuple[Proposal | None, list[str]]:
         return None, ["schema violation: " + error for error in _pydantic_errors(exc)]
 
 
-class LLMProposer:
+class LLMProposer(ProposerBase):
     """Proposes trials with a driver model; implements `agent.proposers.base.Proposer`."""
 
     name = "llm"
@@ -149,7 +149,7 @@ class LLMProposer:
         client = LLMClient(LLMSettings.from_env(model, **settings), prices=prices, budget=budget)
         return cls(client, max_repair_attempts=max_repair_attempts, max_tool_calls=max_tool_calls)
 
-    def attach_run(self, run: Any, trial_id: str) -> None:
+    def attach_run(self, run: RunView, trial_id: str) -> None:
         """Called by the loop before each proposal with its live resources (`agent.loop.resources.RunResources`): tools
         read that run's workspace and run scripts in its sandbox; calls are logged to its run log; lessons come
         from its memory when the run has `--memory`."""

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import random
 
-from agent.proposers.base import Proposal, ProposalContext
+from agent.proposers.base import Proposal, ProposalContext, ProposerBase
 from agent.proposers.builtin import DEFAULT_LR, trial_budget, value
 
 LR_FACTORS = (0.3, 0.5, 0.7, 1.0, 2.0)
 
 
-class RandomProposer:
+class RandomProposer(ProposerBase):
     name = "random"
 
     def __init__(self, max_steps: int | None = None) -> None:

@@ -32,7 +32,7 @@ from tasks.plugins import Registry
 
 if TYPE_CHECKING:
     from agent.llm.budget import Budget
-    from agent.proposers.base import TrialRecord
+    from agent.proposers.base import RunView, TrialRecord
     from agent.run.workspace import RunPaths
     from sandbox.base import Sandbox
 
@@ -64,7 +64,7 @@ class ToolEnv:
     secrets: tuple[str, ...] = ()  # blanked from every result (the grader's token), whatever a file held
 
     @classmethod
-    def from_run(cls, run: Any, trial_id: str, trials: list[TrialRecord]) -> ToolEnv:
+    def from_run(cls, run: RunView, trial_id: str, trials: list[TrialRecord]) -> ToolEnv:
         """The environment of a running loop (`agent.loop.resources.RunResources`), for the trial being proposed."""
         return cls(
             workspace=run.paths.workspace,
@@ -78,7 +78,7 @@ class ToolEnv:
             script_timeout_s=run.config.llm_script_timeout,
             script_memory_mb=min(run.config.trial_memory_mb, 4096),
             scripts_off=_scripts_off(run.config.approval),
-            secrets=_run_secrets(run),
+            secrets=run.secrets(),  # the grader's token: a trial never sees it; a result is blanked anyway
         )
 
     def tool_names(self) -> list[str]:
@@ -384,13 +384,6 @@ def _scripts_off(approval: str) -> str | None:
     approves each trial's code, so the LLM's own scripts (which no one would review) are not offered."""
     gated = {"code", "always"} & set(approval.split(","))
     return f"run_script is off under --approval {approval} (no one reviews its code)" if gated else None
-
-
-def _run_secrets(run: Any) -> tuple[str, ...]:
-    """What no tool result may carry: the grader's token (a trial never sees it; a result is blanked anyway)."""
-    grader = getattr(run, "_grader", None)
-    token = getattr(grader, "token", None)
-    return (token,) if isinstance(token, str) and token else ()
 
 
 def _run_script(env: ToolEnv, args: ScriptArgs) -> ToolOutput:

@@ -26,7 +26,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agent.loop.validation import CEILING
-from agent.proposers.base import Operator, Proposal, ProposalContext, SearchDone, TrialRecord
+from agent.proposers.base import (
+    Operator,
+    Proposal,
+    ProposalContext,
+    ProposerBase,
+    RunView,
+    SearchDone,
+    TrialRecord,
+)
 from agent.proposers.builtin import DEFAULT_LR, RL_CYCLE, trial_budget, value
 
 K_CHILDREN = 3  # scored children without gain beyond noise that close a node
@@ -173,7 +181,7 @@ def ucb(node: Node, total: int, c: float = UCB_C) -> float:
     return node.high + c * math.sqrt(math.log(1 + total) / (1 + len(node.children)))
 
 
-class TreeProposer:
+class TreeProposer(ProposerBase):
     """Picks a parent by UCB over open nodes, the first untried move from it, and stops when no node is open."""
 
     name = "tree"
@@ -187,7 +195,7 @@ class TreeProposer:
             None  # best first move of earlier runs (--memory)
         )
 
-    def attach_run(self, run: Any, trial_id: str) -> None:
+    def attach_run(self, run: RunView, trial_id: str) -> None:
         """Called by the loop before each proposal: with `--memory`, the best remembered first move of earlier
         runs on this benchmark and base model (agent.proposers.memory) becomes this run's first draft."""
         if run.config.memory and self.remembered is None:
