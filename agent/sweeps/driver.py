@@ -19,10 +19,11 @@ from agent.run.workspace import ensure_home
 from agent.sweeps import manifest as manifests
 from agent.sweeps.executors import Executor, make_executor
 from agent.sweeps.manifest import Entry, Manifest
+from agent.sweeps.outcomes import Outcome
 from agent.sweeps.progress import sweep_table
 from agent.sweeps.spec import SweepSpec
 from agent.sweeps.tracking import SweepTracker
-from agent.sweeps.worker import Outcome, WorkerPayload
+from agent.sweeps.worker import WorkerPayload
 
 
 class SweepInterrupted(Exception):

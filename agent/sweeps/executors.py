@@ -21,20 +21,21 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from agent.run.children import Child, spawn_child
-from agent.sweeps.worker import Outcome, WorkerPayload, outcome_path
+from agent.sweeps.outcomes import Outcome, RunAddress, outcome_path
 from sandbox import untrusted
 from tasks import procfs
 from tasks.plugins import Registry
 
 if TYPE_CHECKING:
     from agent.sweeps.spec import SweepSpec
+    from agent.sweeps.worker import WorkerPayload
 
 STOP_GRACE_S = 60.0  # a worker's time to finalize its run after SIGTERM, before its tree is killed
 
 
 def launch_worker(payload_json: str, live: dict[int, Child] | None = None) -> dict[str, Any]:
     """Run one sweep run in a worker process and return its `Outcome` as a dict."""
-    payload = WorkerPayload.model_validate_json(payload_json)
+    payload = RunAddress.model_validate_json(payload_json)
     target = outcome_path(payload.home, payload.sweep_id, payload.run_id)
     target.unlink(missing_ok=True)
     log_path = target.parent.parent / "logs" / f"{payload.run_id}.log"
@@ -158,12 +159,12 @@ class RayExecutor:
 
 def _ray_run(payload_json: str) -> dict[str, Any]:
     """The Ray task body: one worker process, waited for on the node Ray chose."""
-    payload = WorkerPayload.model_validate_json(payload_json)
+    payload = RunAddress.model_validate_json(payload_json)
     _wait_for_previous(payload)
     return launch_worker(payload_json)
 
 
-def _wait_for_previous(payload: WorkerPayload, timeout_s: float = 90.0) -> None:
+def _wait_for_previous(payload: RunAddress, timeout_s: float = 90.0) -> None:
     """A retry must not resume the run while the previous attempt's process is still finishing its interrupt."""
     pid_file = Path(payload.home) / "runs" / payload.run_id / "pid"
     deadline = time.monotonic() + timeout_s

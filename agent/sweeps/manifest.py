@@ -11,6 +11,7 @@ from pydantic import BaseModel, Field
 
 from agent.run.results import summary_figures
 from agent.run.workspace import atomic_write_json
+from agent.sweeps.outcomes import sweeps_dir
 from agent.sweeps.spec import Combination, SweepSpec
 
 EntryStatus = Literal["pending", "running", "finished", "failed", "interrupted"]
@@ -46,10 +47,6 @@ class Manifest(BaseModel):
     def pending(self) -> list[Entry]:
         """Runs still to do: never started, interrupted, or failed (a failed run is retried by resuming it)."""
         return [e for e in self.entries.values() if e.status not in DONE]
-
-
-def sweeps_dir(home: Path) -> Path:
-    return home / "sweeps"
 
 
 def manifest_path(home: Path, sweep_id: str) -> Path:

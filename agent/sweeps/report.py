@@ -15,7 +15,8 @@ from pydantic import BaseModel
 
 from agent.run.reporting import save_figure
 from agent.run.results import summary_figures
-from agent.sweeps.manifest import Manifest, sweeps_dir
+from agent.sweeps.manifest import Manifest
+from agent.sweeps.outcomes import sweeps_dir
 from tasks.atomic import atomic_write_text
 
 METRICS = (

@@ -9,36 +9,18 @@ from __future__ import annotations
 import json
 import sys
 import traceback
-from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel
-
 from agent.run.workspace import RunPaths, atomic_write_json
-from agent.sweeps.manifest import sweeps_dir
+from agent.sweeps.outcomes import Outcome, RunAddress, outcome_path
 from agent.sweeps.spec import Combination, SweepSpec
 
 FINAL_STATUSES = ("finished", "terminated")
 
 
-class WorkerPayload(BaseModel):
-    home: Path
-    sweep_id: str
-    run_id: str
+class WorkerPayload(RunAddress):
     combination: Combination
     spec: SweepSpec
-
-
-class Outcome(BaseModel):
-    run_id: str
-    status: Literal["finished", "failed", "interrupted"]
-    action: Literal["skipped", "started", "resumed"]
-    summary: dict[str, Any] = {}
-    error: str | None = None
-
-
-def outcome_path(home: Path, sweep_id: str, run_id: str) -> Path:
-    return sweeps_dir(home) / sweep_id / "outcomes" / f"{run_id}.json"
 
 
 def finished_summary(paths: RunPaths) -> dict[str, Any] | None:
