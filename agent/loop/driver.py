@@ -15,6 +15,7 @@ from langgraph.types import Command
 
 from agent.loop import approvals
 from agent.loop.context import RunContext
+from agent.loop.ending import finalize
 from agent.loop.graph import LoopState, build_graph
 from agent.loop.nodes import Research
 from agent.proposers import make_proposer
@@ -134,8 +135,8 @@ def _stop(
         summary = interrupted_before_start(config, paths, reason)
     else:
         research.sandbox.cleanup({"rlloop.run": paths.run_id})
-        summary = research.finalize(
-            _last_state(graph, paths), success=False, status="interrupted", reason=reason
+        summary = finalize(
+            research, _last_state(graph, paths), success=False, status="interrupted", reason=reason
         )
         research.close()
     reporter.info(f"resume with: rlloop resume {paths.run_id}")

@@ -2,7 +2,7 @@
 
 prepare scores the baseline, propose asks the proposer, approve waits for a reviewer, run_trial trains in the
 sandbox, submit grades, record keeps the result, finish ends the run. Starting, pausing and resuming a run is
-`agent.loop.driver`; the end of a run (results row, plot, MLflow) is `agent.run.finish`.
+`agent.loop.driver`; the end of a run (results row, plot, MLflow) is `agent.loop.ending` over `agent.run.finish`.
 """
 
 from __future__ import annotations
@@ -18,22 +18,17 @@ from langgraph.types import interrupt
 from agent.llm.errors import LLMBudgetExhaustedError, LLMUnavailableError
 from agent.loop import approvals, concurrency
 from agent.loop.codecheck import check_and_repair
+from agent.loop.ending import finalize
 from agent.loop.graph import LoopState
 from agent.loop.submission import Screened
-from agent.loop.trials import TrialSetupError, outcome
+from agent.loop.trials import TrialSetupError, allowed_recipes, outcome
 from agent.proposers.base import Proposal, ProposalContext, SearchDone, TrialRecord
 from agent.run.finish import (
     FINISH_RESERVE_S,
-    best_checkpoint,
-    close_tracking,
-    read_final,
-    submission_summary,
-    write_ending,
 )
 from agent.run.grading import GraderError
 from agent.run.interrupts import failpoint
 from agent.run.reporting import submission_flags
-from agent.run.results import final_figures, result_row
 from agent.run.tracking import traced_nodes
 from grader.figures import run_figures
 
@@ -126,7 +121,7 @@ class Research(Screened):
             trials_left=self.config.loop_n - len(trials),
             seconds_left=max(0.0, self.config.timeout - FINISH_RESERVE_S - self.used_s(state)),
             submissions_left=self.submission_cap - state.get("submissions", 0),
-            recipes=_recipes(self.config.recipes),
+            recipes=allowed_recipes(self.config.recipes),
             seed=self.config.seed,
             feedback=state.get("feedback"),
             workspace=str(self.paths.workspace),
@@ -374,10 +369,8 @@ class Research(Screened):
             else "finished"
         )
         graded, update = self.submit_final(state, self.submit) if status != "failed" else (state, {})
-        final = self.finalize(graded, success=status != "failed", status=status, reason=reason)
-        if (
-            self.config.memory
-        ):  # lessons for the next run on this benchmark and base model (agent.proposers.memory)
+        final = finalize(self, graded, success=status != "failed", status=status, reason=reason)
+        if self.config.memory:  # lessons for later runs on this benchmark and model (agent.proposers.memory)
             from agent.proposers.memory import remember_run
 
             c, trials = self.config, self.trials(graded)
@@ -391,63 +384,6 @@ class Research(Screened):
             "used_s": self._spend(state),
         }
 
-    # ---- the end of a run ---------------------------------------------------------------------------------------
-    def finalize(self, state: LoopState, *, success: bool, status: str, reason: str) -> dict[str, Any]:
-        """Read final results from the grader (never from workspace files), write results.csv, plot, MLflow."""
-        final = read_final(self.reporter, lambda: self.final_results(status))
-        figures = final_figures(
-            final,
-            baseline=state.get("baseline_score"),
-            best=state.get("best_score"),
-            submissions=state.get("submissions", 0),
-        )
-        row = result_row(
-            self.config,
-            self.paths,
-            success=success,
-            figures=figures,
-            duration_s=round(self.used_s(state), 1),
-            isolation=self.isolation,
-            error=reason,
-        )
-        summary, plot = write_ending(
-            self.paths,
-            row,
-            status=status,
-            reason=reason,
-            scores=[float(s) for s in state.get("scores", [])],
-            public_baseline=state.get("baseline_score"),
-            extra={
-                "grader": final,
-                "best_checkpoint": self.best_checkpoint(state, final),
-                **submission_summary(state.get("trials", []), self.config.submit),
-            },
-        )
-        parent = state.get("mlflow_parent")
-        if parent:
-            close_tracking(self.tracker, parent, row, self.paths, plot, status=status, reason=reason)
-        return summary
-
-    def best_checkpoint(self, state: LoopState, final: dict[str, Any]) -> dict[str, Any] | None:
-        """The best trial's checkpoint, checked against what the grader scored before it is reported."""
-        found = best_checkpoint(self.paths, state.get("trials", []), state.get("best_trial_id"), final)
-        if found is not None and not found["verified"]:
-            self.reporter.error(
-                f"the best checkpoint ({found['trial_id']}, {found['path']}) is not reported as the run's model: "
-                f"{found['problem']}"
-            )
-        return found
-
 
 def _ci(summary: dict[str, Any] | None) -> tuple[float, float] | None:
     return (summary["ci_low"], summary["ci_high"]) if summary else None
-
-
-def _recipes(allowed: str | None) -> list[str]:
-    """Registered recipes, limited to the run's `--recipes` list when it gives one (in that order; `RunConfig`
-    checked its names against the registry)."""
-    from trainers.registry import list_recipes
-
-    if allowed:
-        return [r.strip() for r in allowed.split(",") if r.strip()]
-    return [r.name for r in list_recipes()]

@@ -372,3 +372,17 @@ def outcome(record: TrialRecord, result: SandboxResult, paths: RunPaths, started
         reason = result.reason() if not result.ok else str(problem)
         record.error = f"{reason}: {last_line[:300]}" if last_line else reason
     return record
+
+
+def allowed_recipes(allowed: str | None) -> list[str]:
+    """Registered recipes, limited to the run's `--recipes` list when it gives one (in that order)."""
+    from trainers.registry import list_recipes
+
+    known = [r.name for r in list_recipes()]
+    if not allowed:
+        return known
+    wanted = [r.strip() for r in allowed.split(",") if r.strip()]
+    unknown = [r for r in wanted if r not in known]
+    if unknown:
+        raise ValueError(f"unknown recipe(s) {', '.join(unknown)} in --recipes; known: {', '.join(known)}")
+    return wanted

@@ -1,0 +1,69 @@
+"""The end of a research run: the grader's final numbers (never workspace files), the results.csv row, summary.json,
+the plot and the MLflow parent run's close, and the best checkpoint, checked before it is reported. The pieces a run
+of any kind shares are `agent.run.finish`; this is how the loop's nodes (`finish`) and its driver (an interrupted
+run) put them together."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agent.loop.graph import LoopState
+from agent.loop.resources import RunResources
+from agent.run.finish import (
+    best_checkpoint,
+    close_tracking,
+    read_final,
+    submission_summary,
+    write_ending,
+)
+from agent.run.results import final_figures, result_row
+
+
+def finalize(
+    run: RunResources, state: LoopState, *, success: bool, status: str, reason: str
+) -> dict[str, Any]:
+    """Read final results from the grader (never from workspace files), write results.csv, plot, MLflow."""
+    final = read_final(run.reporter, lambda: run.final_results(status))
+    figures = final_figures(
+        final,
+        baseline=state.get("baseline_score"),
+        best=state.get("best_score"),
+        submissions=state.get("submissions", 0),
+    )
+    row = result_row(
+        run.config,
+        run.paths,
+        success=success,
+        figures=figures,
+        duration_s=round(run.used_s(state), 1),
+        isolation=run.isolation,
+        error=reason,
+    )
+    summary, plot = write_ending(
+        run.paths,
+        row,
+        status=status,
+        reason=reason,
+        scores=[float(s) for s in state.get("scores", [])],
+        public_baseline=state.get("baseline_score"),
+        extra={
+            "grader": final,
+            "best_checkpoint": verified_best(run, state, final),
+            **submission_summary(state.get("trials", []), run.config.submit),
+        },
+    )
+    parent = state.get("mlflow_parent")
+    if parent:
+        close_tracking(run.tracker, parent, row, run.paths, plot, status=status, reason=reason)
+    return summary
+
+
+def verified_best(run: RunResources, state: LoopState, final: dict[str, Any]) -> dict[str, Any] | None:
+    """The best trial's checkpoint, checked against what the grader scored before it is reported."""
+    found = best_checkpoint(run.paths, state.get("trials", []), state.get("best_trial_id"), final)
+    if found is not None and not found["verified"]:
+        run.reporter.error(
+            f"the best checkpoint ({found['trial_id']}, {found['path']}) is not reported as the run's model: "
+            f"{found['problem']}"
+        )
+    return found
