@@ -3,6 +3,7 @@ is the one place that decides what "auto" is, for research runs, external agents
 
 from __future__ import annotations
 
+import importlib
 import logging
 from collections.abc import Callable
 from typing import Any, Literal, NamedTuple
@@ -13,28 +14,21 @@ from tasks.plugins import Registry
 log = logging.getLogger("rlloop.sandbox")
 
 
-def _local(**opts: Any) -> Sandbox:
-    from sandbox.backends.local import LocalSandbox
+def _builtin(module: str, cls: str) -> Callable[..., Sandbox]:
+    """A built-in backend's factory, loaded by name on first use like a plugin's entry point (so a backend, the
+    Ray one choosing its inner sandbox here, may import this module without forming a circle)."""
 
-    return LocalSandbox(**opts)
+    def make(**opts: Any) -> Sandbox:
+        factory: Callable[..., Sandbox] = getattr(importlib.import_module(module), cls)
+        return factory(**opts)
 
-
-def _docker(**opts: Any) -> Sandbox:
-    from sandbox.backends.docker import DockerSandbox
-
-    return DockerSandbox(**opts)
-
-
-def _ray(**opts: Any) -> Sandbox:
-    from sandbox.backends.ray import RaySandbox
-
-    return RaySandbox(**opts)
+    return make
 
 
 def _register_builtins() -> None:
-    SANDBOXES.register("local", _local)
-    SANDBOXES.register("docker", _docker)
-    SANDBOXES.register("ray", _ray)
+    SANDBOXES.register("local", _builtin("sandbox.backends.local", "LocalSandbox"))
+    SANDBOXES.register("docker", _builtin("sandbox.backends.docker", "DockerSandbox"))
+    SANDBOXES.register("ray", _builtin("sandbox.backends.ray", "RaySandbox"))
 
 
 SANDBOXES: Registry[Callable[..., Sandbox]] = Registry(
@@ -88,9 +82,9 @@ def get_sandbox(name: str = "auto", **opts: Any) -> Sandbox:
     if name == "auto":
         choice = resolve_auto(opts.get("image"))
         if choice.name == "docker":
-            return _docker(**opts)
+            return SANDBOXES.get("docker")(**opts)
         opts.pop("image", None)
-        local = _local(**opts)
+        local = SANDBOXES.get("local")(**opts)
         if isolation_of(local) == "none":
             log.warning(
                 "sandbox 'auto' is using the local backend with NO isolation (isolation=none): %s; and %s",
