@@ -174,9 +174,8 @@ def describe_circle(circle: frozenset[str], graph: dict[str, dict[str, tuple[int
 def test_no_import_circles_between_files() -> None:
     graph = import_graph()
     new = [c for c in import_circles(graph) if c not in KNOWN_CIRCLES]
-    assert not new, (
-        "import circles (break each one; see the comment above KNOWN_CIRCLES):\n"
-        + "\n".join(describe_circle(c, graph) for c in new)
+    assert not new, "import circles (break each one; see the comment above KNOWN_CIRCLES):\n" + "\n".join(
+        describe_circle(c, graph) for c in new
     )
 
 
