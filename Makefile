@@ -6,7 +6,7 @@ TORCH_SPEC ?= torch==2.13.0
 BIN := $(VENV)/bin
 DEMO_ARGS ?=
 
-.PHONY: demo test install install-dev sandbox-image lint typecheck clean-venv verl-env test-verl test-vllm gpu-check
+.PHONY: demo test test-quick install install-dev sandbox-image lint typecheck clean-venv verl-env test-verl test-vllm gpu-check
 
 PIP_LOG := $(VENV)/pip.log
 # pip's own output goes to a log file; one line says where, and its last lines come out if it fails
@@ -90,6 +90,11 @@ gpu-check:
 ## then the trainer and agent images; .ci/test.sh, logs in .test-logs/)
 test:
 	MAKE="$(MAKE)" VENV="$(VENV)" VLLM_VENV="$(VLLM_VENV)" bash .ci/test.sh
+
+## test-quick: the edit-test loop (a few minutes): every test that needs no Docker, no Ray and trains no real model
+test-quick: $(VENV)/.installed-dev
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n 2 --dist loadscope -m "not slow and not docker and not ray" \
+		--timeout=600 --durations=10
 
 lint:
 	$(BIN)/ruff check agent sandbox grader tasks trainers tests benchmarks

@@ -50,8 +50,10 @@ step "building the trainer and agent images"
 "$VENV/bin/rlloop" sandbox build --agent
 step "running the suite"
 status=0
+# Two workers (pytest-xdist), each test file on one of them (--dist loadscope: a file's module fixtures are made once);
+# what every file needs (tiny-arith, tiny-chat) is built once for both (tests/conftest.py).
 RLLOOP_VERL_SITE="$VENV/verl-site" "$VENV/bin/python" -m pytest -q -p no:cacheprovider --timeout=1800 \
-  --durations=25 || status=$?
+  -n "${TEST_WORKERS:-2}" --dist loadscope --durations=25 || status=$?
 await vllm-venv
 step "running the vLLM tests"
 "$MAKE" --no-print-directory test-vllm || status=$((status ? status : $?))

@@ -149,9 +149,11 @@ def test_sigterm_mid_trial_then_resume(tmp_path: Path, tiny_model_home: Path) ->
     assert proc.returncode == 130, out
     assert "resume with: rlloop resume e2e-int" in (home / "runs" / "e2e-int" / "run.log").read_text()
 
-    # no orphan: nothing still runs from this run's trial folder
+    # no orphan: nothing still runs that names this run's folder (the sandbox's binds name it; trials see /trial)
     time.sleep(1.0)
-    leftovers = subprocess.run(["pgrep", "-f", "trials/t01/config.json"], capture_output=True, text=True)
+    leftovers = subprocess.run(
+        ["pgrep", "-af", str(home / "runs" / "e2e-int")], capture_output=True, text=True
+    )
     assert leftovers.stdout.strip() == "", leftovers.stdout
     rows = [r for r in read_results(home / "results.csv") if r["run_id"] == "e2e-int"]
     assert rows and rows[-1]["success"] == "False"
