@@ -52,4 +52,6 @@ def tiny_chat_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from trainers.tiny_chat import build_tiny_chat
 
     torch.set_num_threads(1)
-    return build_once(tmp_path_factory, "tiny-chat", lambda path: build_tiny_chat(path, seed=0, progress=False))
+    return build_once(
+        tmp_path_factory, "tiny-chat", lambda path: build_tiny_chat(path, seed=0, progress=False)
+    )

@@ -113,6 +113,9 @@ def run(
         float | None, typer.Option(help="Public share of the hidden test set; 0 = off.")
     ] = None,
     eval_limit: Annotated[int | None, typer.Option(help="Grade on the first N hidden samples.")] = None,
+    valid_limit: Annotated[
+        int | None, typer.Option(help="Validate checkpoints on the first N valid samples (default 500).")
+    ] = None,
     test_seed: Annotated[
         int | None, typer.Option(help="Seed of the hidden test split (default: the grader's secret).")
     ] = None,

@@ -103,7 +103,7 @@ class Screened(RunResources):
                 return validate(
                     checkpoint,
                     base_model=self.base_model,
-                    samples=valid_samples(self.benchmark),
+                    samples=valid_samples(self.benchmark, self.config.valid_limit),
                     benchmark=self.benchmark,
                     config=self.eval_config(),
                     out=out,

@@ -29,9 +29,7 @@ from tasks.answers import cut_at_stop
 from tasks.atomic import atomic_write_json
 from tasks.base import stop_strings
 
-VALID_LIMIT = (
-    500  # samples of the valid split scored per checkpoint (the first ones, the same for every trial)
-)
+VALID_LIMIT = 500  # samples of the valid split scored per checkpoint by default (`RunConfig.valid_limit`)
 BASE_ID = "base"  # the folder under trials/ that holds the base model's validation.json
 CEILING = 0.99  # a valid CI lower bound at or above this: the score cannot rise beyond noise
 

@@ -109,6 +109,12 @@ class RunConfig(BaseSettings):
         description="Share of the hidden test set whose score /submit returns; 0 disables.",
     )
     eval_limit: int | None = Field(None, ge=1, description="Grade on the first N hidden test samples only.")
+    valid_limit: int = Field(
+        500,
+        ge=1,
+        description="Validate each checkpoint on the first N samples of the public valid split (free, but a "
+        "generation per sample: lower it where completions are long).",
+    )
     test_seed: int | None = Field(
         None,
         description="Seed of the hidden test split (same seed, same test set across runs); "

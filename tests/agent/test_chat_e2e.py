@@ -43,6 +43,8 @@ def test_tiny_chat_on_gsm8k_in_the_chat_format_end_to_end(tmp_path: Path, tiny_c
         "2",
         "--eval-limit",
         "8",
+        "--valid-limit",
+        "16",  # validation generates up to 256 tokens a sample: 500 samples took over 2 minutes a checkpoint
         "--sandbox",
         "local",
         "--submit",
@@ -64,6 +66,9 @@ def test_tiny_chat_on_gsm8k_in_the_chat_format_end_to_end(tmp_path: Path, tiny_c
     succeeded = [t for t in state["trials"] if t["status"] == "succeeded"]
     assert succeeded, state["trials"]
     assert state["baseline_score"] is not None and state["submissions"] == len(succeeded)
+    assert (
+        json.loads((run_dir / "trials" / "base" / "validation.json").read_text())["n"] == 16
+    )  # --valid-limit
     grader = json.loads((run_dir / "grader" / "config.json").read_text())
     assert (
         grader["eval"]["prompt_style"] == "chat" and grader["eval"]["system_prompt"] == "Solve the problem."
