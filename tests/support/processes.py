@@ -69,9 +69,12 @@ def still_alive(pids: Iterable[int], within_s: float = 5.0) -> dict[int, str]:
 
 def run_processes(run_id: str, workspace: Path, exclude: Iterable[int] = ()) -> dict[int, str]:
     """Live processes (but this one and `exclude`) whose cmdline or environment mention the run's workspace (trials,
-    the grader: its config lies beside it) or its id as an argument (`rlloop run --run-id ID`, `resume ID`)."""
+    the grader: its config lies beside it), or its id as an argument (`rlloop run --run-id ID`, `resume ID`) with
+    the run's home in their cmdline or environment (another test's run of the same id, on another worker of the
+    suite, is not this one)."""
     skip = {os.getpid(), *exclude}
     needles = (str(workspace).encode(), str(workspace.parent).encode())
+    home = str(workspace.parent.parent.parent).encode()  # RLLOOP_HOME/runs/<id>/workspace
     found: dict[int, str] = {}
     for pid in _pids():
         if pid in skip or not alive(pid):
@@ -85,7 +88,8 @@ def run_processes(run_id: str, workspace: Path, exclude: Iterable[int] = ()) -> 
         except OSError:
             environ = b""
         words = args.split(b"\0")
-        if any(n in args or n in environ for n in needles) or run_id.encode() in words:
+        mine = any(n in args or n in environ for n in needles)
+        if mine or (run_id.encode() in words and (home in args or home in environ)):
             found[pid] = cmdline(pid)
     return found
 
