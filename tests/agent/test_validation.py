@@ -143,6 +143,20 @@ def test_improved_skips_a_checkpoint_that_is_no_better(
     assert paths == ["t01"]
 
 
+class _LiftsTwice:
+    """t01: a real SFT step up, far beyond the valid split's noise, so "improved" grades it; t02: more of it."""
+
+    name = "lifts-twice"
+
+    def propose(self, context: ProposalContext) -> Proposal:
+        hyperparameters = {"learning_rate": 1e-3, "max_steps": 400, "seed": len(context.trials)}
+        if not context.trials:
+            return Proposal(hypothesis="SFT lifts the base", recipe="sft", hyperparameters=hyperparameters)
+        return Proposal(
+            hypothesis="more SFT", recipe="sft", hyperparameters=hyperparameters, parent="t01", operator="improve"
+        )
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("failpoint", ["submit:1", "validate:2"])
 def test_kill_9_then_resume_never_submits_twice_under_improved(failpoint: str, tiny_model_home: Path) -> None:
@@ -150,26 +164,36 @@ def test_kill_9_then_resume_never_submits_twice_under_improved(failpoint: str, t
     the resumed run's grader store holds each graded checkpoint once, and every trial the state says was submitted."""
     import signal
     import sqlite3
+    import subprocess
+    import sys
 
     from agent.run.status import read_state
-    from tests.agent.test_resume import ARGS, _run
+    from tests.agent.test_resume import ARGS, _env
 
-    steps = (
-        ARGS.index("--trial-steps") + 1
-    )  # enough steps that t01 beats the base beyond noise, so it is graded
-    args = [*ARGS[:steps], "300", *ARGS[steps + 1 :], "--submit", "improved"]
-    crashed = _run(tiny_model_home, "run", "--run-id", "crash", *args, RLLOOP_FAILPOINT=failpoint)
-    assert crashed.returncode == -signal.SIGKILL, crashed.stdout + crashed.stderr
-    resumed = _run(tiny_model_home, "resume", "crash")
-    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    def rlloop(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+        cli = [sys.executable, "-m", "tests.support.cli_with_proposer", f"{__name__}:_LiftsTwice"]
+        return subprocess.run(
+            [*cli, *args], env=_env(tiny_model_home, **env), capture_output=True, text=True, timeout=900
+        )
+
     run_dir = tiny_model_home / "runs" / "crash"
+
+    def log() -> str:
+        return (run_dir / "run.log").read_text() if (run_dir / "run.log").exists() else "(no run.log)"
+
+    args = [*ARGS, "--proposer", _LiftsTwice.name, "--submit", "improved"]
+    crashed = rlloop("run", "--run-id", "crash", *args, RLLOOP_FAILPOINT=failpoint)
+    assert crashed.returncode == -signal.SIGKILL, crashed.stdout + crashed.stderr + log()
+    resumed = rlloop("resume", "crash")
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr + log()
     state = read_state(run_dir)
-    assert state["status"] == "finished" and len(state["trials"]) == 2
+    assert state["status"] == "finished" and len(state["trials"]) == 2, log()
     with sqlite3.connect(run_dir / "grader" / "store.db") as conn:
         graded = [
             Path(p).parent.name for (p,) in conn.execute("SELECT model_path FROM submissions ORDER BY id")
         ]
     assert len(graded) == len(set(graded)), graded
+    assert graded[:1] == ["t01"], log()
     assert graded == [t["trial_id"] for t in state["trials"] if t["score"] is not None]
     assert all(t["valid_score"] is not None for t in state["trials"])
 
