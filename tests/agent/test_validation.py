@@ -153,7 +153,11 @@ class _LiftsTwice:
         if not context.trials:
             return Proposal(hypothesis="SFT lifts the base", recipe="sft", hyperparameters=hyperparameters)
         return Proposal(
-            hypothesis="more SFT", recipe="sft", hyperparameters=hyperparameters, parent="t01", operator="improve"
+            hypothesis="more SFT",
+            recipe="sft",
+            hyperparameters=hyperparameters,
+            parent="t01",
+            operator="improve",
         )
 
 
