@@ -4,7 +4,6 @@ it cleanly on Ctrl-C or SIGTERM, leaving it resumable. The nodes themselves are 
 from __future__ import annotations
 
 import contextlib
-import json
 import sqlite3
 from pathlib import Path
 from typing import Any, cast
@@ -14,21 +13,16 @@ from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.types import Command
 
 from agent.loop import approvals
-from agent.loop.context import RunContext
 from agent.loop.ending import finalize
 from agent.loop.graph import LoopState, build_graph
 from agent.loop.nodes import Research
-from agent.proposers import make_proposer
 from agent.run.config import RunConfig
 from agent.run.finish import ended_early, error_line, interrupted_before_start, print_summary
 from agent.run.interrupts import RunInterrupted, interrupts_as_exceptions
 from agent.run.leftovers import end_leftovers
-from agent.run.models import resolve_base_model
 from agent.run.reporting import Reporter
-from agent.run.startup import locate_run, make_budget, open_sandbox, record_run
-from agent.run.workspace import RunPaths, prepare_workspace
-from grader.benchmarks import get_benchmark
-from sandbox.devices import plan_devices
+from agent.run.startup import build_context, start_run
+from agent.run.workspace import RunPaths
 
 
 def open_checkpointer(path: Path) -> SqliteSaver:
@@ -45,18 +39,8 @@ def execute(
     Ctrl-C and SIGTERM at any point stop every child, keep the workspace and logs, write the results row with
     success false, and leave the run resumable.
     """
-    paths = locate_run(config, resume_run_id)
-    if resume_run_id:
-        config = _saved_config(paths, config)
-    elif paths.run_dir.exists() and paths.checkpoints_db.exists():
-        raise FileExistsError(
-            f"run {paths.run_id!r} already exists; resume it with `rlloop resume {paths.run_id}`"
-        )
-    benchmark = get_benchmark(config.benchmark)
-    came_back = paths.run_dir.exists()  # resumed, or a run id an earlier (dead) process had taken
-    # too few GPUs for --trial-gpus: one line, before anything starts
-    devices = plan_devices(config.trial_gpus)
-    record_run(config, paths)
+    started = start_run(config, resume_run_id)
+    config, paths = started.config, started.paths
     reporter = reporter or Reporter(paths.log_file, quiet=config.quiet)
     research: Research | None = None
     graph: Any = None  # the compiled graph, checkpointed to the run's SQLite file
@@ -65,35 +49,11 @@ def execute(
             reporter.info(
                 f"[bold]rlloop[/bold] run {paths.run_id}: {config.base_model} on {config.benchmark}"
             )
-            base_model = resolve_base_model(
-                config.base_model,
-                config.home,
-                on_build=lambda n: reporter.info(
-                    f"building the built-in model {n} (first use, about a minute)"
-                ),
-            )
-            with reporter.watching(f"writing the {config.benchmark} train/valid splits into the workspace"):
-                prepare_workspace(paths, benchmark)  # generated games take a minute the first time
-            budget = make_budget(config, paths.budget_ledger)  # a resumed run goes on from what it spent
-            proposer = make_proposer(config, budget)
-            sandbox = open_sandbox(config, reporter, require_isolation=False)
-            reporter.info(
-                f"proposer: {proposer.name} | sandbox: {sandbox.name} | workspace: {paths.workspace}"
-            )
-            context = RunContext(
-                config=config,
-                paths=paths,
-                reporter=reporter,
-                proposer=proposer,
-                sandbox=sandbox,
-                budget=budget,
-                devices=devices,
-                base_model=base_model,
-                benchmark=benchmark,
-            )
-            research = Research(context)
-            if came_back:  # trials, a grader an earlier, killed process left: ended and named in the log
-                end_leftovers(sandbox, paths, reporter)
+            research = Research(build_context(started, reporter))
+            if (
+                started.came_back
+            ):  # trials, a grader an earlier, killed process left: ended and named in the log
+                end_leftovers(research.sandbox, paths, reporter)
             graph = build_graph(research).compile(checkpointer=open_checkpointer(paths.checkpoints_db))
             values = _drive(graph, research, resume=bool(resume_run_id))
     except (RunInterrupted, KeyboardInterrupt) as exc:
@@ -115,15 +75,6 @@ def execute(
     print_summary(reporter, dict(values), summary)
     reporter.close()
     return summary
-
-
-def _saved_config(paths: RunPaths, config: RunConfig) -> RunConfig:
-    """A resumed run runs with what it started with (run.json), quiet or not as asked now."""
-    saved = json.loads(paths.run_json.read_text())
-    saved.pop("run_id", None)
-    saved.pop("environment", None)  # a record of where it ran, not config
-    saved["home"] = str(paths.home)
-    return RunConfig.model_validate({**saved, "quiet": config.quiet, "run_id": paths.run_id})
 
 
 def _stop(

@@ -2,7 +2,7 @@
 
 They are rebuilt, never deserialised, when a run resumes: the graph's state holds only plain data, and the grader
 comes back (with its whole store) the first time a node asks for it. What the driver built before the nodes exist is
-the run's `agent.loop.context.RunContext`; `agent.loop.nodes.Research` adds the nodes.
+the run's `agent.run.context.RunContext`; `agent.loop.nodes.Research` adds the nodes.
 """
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from agent.llm.budget import Budget
-from agent.loop.context import RunContext
 from agent.loop.graph import LoopState
 from agent.loop.trials import trial_request
 from agent.proposers.base import Proposal, Proposer, TrialRecord
 from agent.run.config import RunConfig
+from agent.run.context import RunContext
 from agent.run.grading import GraderProcess
 from agent.run.reporting import Reporter
 from agent.run.tracking import Tracker

@@ -1,22 +1,94 @@
 """What every run sets up before its first step, the research loop and an external agent alike: its folder and
-record on disk, its budget, and its sandbox."""
+record on disk, its budget, and its sandbox. A research run's driver comes here twice: `start_run` (the folder and
+record, before its log exists) and `build_context` (everything its nodes work with), and never again."""
 
 from __future__ import annotations
 
+import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 from agent.llm.budget import Budget, BudgetLimits
+from agent.proposers import make_proposer
 from agent.run.config import RunConfig
+from agent.run.context import RunContext
+from agent.run.models import resolve_base_model
 from agent.run.reporting import Reporter
-from agent.run.workspace import RunPaths, ensure_home, new_run_id
+from agent.run.workspace import RunPaths, ensure_home, new_run_id, prepare_workspace
+from grader.benchmarks import get_benchmark
 from sandbox.base import Sandbox
+from sandbox.devices import DevicePlan, plan_devices
 from sandbox.registry import isolation_of
 from tasks.atomic import atomic_write_json
 
 
 class IsolationRequiredError(ValueError):
     """The run must be isolated (it runs untrusted code) and no isolating sandbox can be had here."""
+
+
+@dataclass(frozen=True)
+class StartedRun:
+    """A research run with its folder and record on disk, before anything slow: what `build_context` builds on."""
+
+    config: RunConfig  # a resumed run's own saved config
+    paths: RunPaths
+    devices: DevicePlan
+    came_back: bool  # resumed, or a run id an earlier (dead) process had taken: leftovers to end
+
+
+def start_run(config: RunConfig, resume_run_id: str | None = None) -> StartedRun:
+    """Locate (or create) the run's folder and record what it runs with. Fails fast, before any log exists, on a
+    run id that is taken, a resumed run that is not there, or too few GPUs for --trial-gpus."""
+    paths = locate_run(config, resume_run_id)
+    if resume_run_id:
+        config = saved_config(paths, quiet=config.quiet)
+    elif paths.run_dir.exists() and paths.checkpoints_db.exists():
+        raise FileExistsError(
+            f"run {paths.run_id!r} already exists; resume it with `rlloop resume {paths.run_id}`"
+        )
+    came_back = paths.run_dir.exists()
+    devices = plan_devices(config.trial_gpus)
+    record_run(config, paths)
+    return StartedRun(config=config, paths=paths, devices=devices, came_back=came_back)
+
+
+def build_context(started: StartedRun, reporter: Reporter) -> RunContext:
+    """Everything the research loop's nodes work with, built once: the base model (built or fetched on first use),
+    the workspace's splits, the budget (a resumed run goes on from what it spent), the proposer and the sandbox."""
+    config, paths = started.config, started.paths
+    benchmark = get_benchmark(config.benchmark)
+    base_model = resolve_base_model(
+        config.base_model,
+        config.home,
+        on_build=lambda n: reporter.info(f"building the built-in model {n} (first use, about a minute)"),
+    )
+    with reporter.watching(f"writing the {config.benchmark} train/valid splits into the workspace"):
+        prepare_workspace(paths, benchmark)  # generated games take a minute the first time
+    budget = make_budget(config, paths.budget_ledger)
+    proposer = make_proposer(config, budget)
+    sandbox = open_sandbox(config, reporter, require_isolation=False)
+    reporter.info(f"proposer: {proposer.name} | sandbox: {sandbox.name} | workspace: {paths.workspace}")
+    return RunContext(
+        config=config,
+        paths=paths,
+        reporter=reporter,
+        proposer=proposer,
+        sandbox=sandbox,
+        budget=budget,
+        devices=started.devices,
+        base_model=base_model,
+        benchmark=benchmark,
+    )
+
+
+def saved_config(paths: RunPaths, *, quiet: bool) -> RunConfig:
+    """A resumed run runs with what it started with (run.json), quiet or not as asked now."""
+    saved = json.loads(paths.run_json.read_text())
+    saved.pop("run_id", None)
+    saved.pop("environment", None)  # a record of where it ran, not config
+    saved["home"] = str(paths.home)
+    return RunConfig.model_validate({**saved, "quiet": quiet, "run_id": paths.run_id})
 
 
 def locate_run(config: RunConfig, resume_run_id: str | None) -> RunPaths:

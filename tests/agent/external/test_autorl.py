@@ -27,7 +27,7 @@ from grader.benchmarks.gsm8k import GSM8KBenchmark, find_data_dir
 from sandbox.base import SandboxResult
 from tasks.base import SourceRecords
 
-AUTORL_AGENT = Path(__file__).parent / "fixtures" / "autorl_agent"
+AUTORL_AGENT = Path(__file__).parents[1] / "fixtures" / "autorl_agent"
 
 
 def _gsm8k_folder(folder: Path, n: int = 520) -> Path:

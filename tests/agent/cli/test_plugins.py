@@ -15,7 +15,7 @@ from agent.run.status import read_state
 
 pytestmark = pytest.mark.slow
 
-PLUGINS = Path(__file__).parent / "fixtures" / "plugins"
+PLUGINS = Path(__file__).parents[1] / "fixtures" / "plugins"
 
 
 def _env(home: Path, record: Path) -> dict[str, str]:

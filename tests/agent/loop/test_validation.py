@@ -172,7 +172,7 @@ def test_kill_9_then_resume_never_submits_twice_under_improved(failpoint: str, t
     import sys
 
     from agent.run.status import read_state
-    from tests.agent.test_resume import ARGS, _env
+    from tests.agent.loop.test_resume import ARGS, _env
 
     def rlloop(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
         cli = [sys.executable, "-m", "tests.support.cli_with_proposer", f"{__name__}:_LiftsTwice"]

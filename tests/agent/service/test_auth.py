@@ -33,7 +33,7 @@ from agent.service.auth import (
     is_loopback,
 )
 from agent.service.guard import OPEN_PATHS, SAFE_METHODS, required_role
-from tests.agent.service_support import add_users, free_port, running_service
+from tests.agent.service.support import add_users, free_port, running_service
 
 ROLES = {"val": "viewer", "ada": "approver", "root": "admin"}
 PARAMS = {"run_id": "r1", "trial_id": "t01"}

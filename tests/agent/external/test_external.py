@@ -16,7 +16,7 @@ from agent.run.config import RunConfig
 from agent.run.results import read_results
 from agent.run.workspace import RunPaths
 
-FIXTURE = Path(__file__).parent / "fixtures" / "example_agent"
+FIXTURE = Path(__file__).parents[1] / "fixtures" / "example_agent"
 
 
 def test_load_agent_reads_autorl_bench_config() -> None:

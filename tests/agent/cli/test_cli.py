@@ -16,12 +16,12 @@ from agent.cli.commands import app
 from agent.proposers import PROPOSERS
 from sandbox.registry import SANDBOXES
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture()
 def plugin_sandbox() -> Iterator[str]:
-    SANDBOXES.register("test-plugin-box", lambda **opts: None, origin="tests.agent.test_cli")  # type: ignore[arg-type,return-value]
+    SANDBOXES.register("test-plugin-box", lambda **opts: None, origin="tests.agent.cli.test_cli")  # type: ignore[arg-type,return-value]
     yield "test-plugin-box"
     SANDBOXES.unregister("test-plugin-box")
 
@@ -40,7 +40,7 @@ def test_sandbox_list_shows_builtins_plugins_and_problems(plugin_sandbox: str) -
     assert result.exit_code == 0, result.output
     for name in ["auto", "local", "docker", "ray", plugin_sandbox]:
         assert name in result.output
-    assert "tests.agent.test_cli" in result.output
+    assert "tests.agent.cli.test_cli" in result.output
     for problem in SANDBOXES.problems():
         assert problem[:40] in result.output
 

@@ -2,7 +2,7 @@
 middle of a concurrent step resumes to the uninterrupted run's trials and submissions, retraining nothing finished.
 
 The fast tests run the real tree policy and the real request builder; the slow ones the real CLI, local sandbox
-and grader, with `tests/agent/test_resume.py`'s helpers (a fixed step count: the same proposal, the same weights).
+and grader, with `tests/agent/loop/test_resume.py`'s helpers (a fixed step count: the same proposal, the same weights).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from agent.run.workspace import RunPaths
 from sandbox import untrusted
 from sandbox.base import SandboxRequest
 from sandbox.devices import plan_devices
-from tests.agent.test_resume import ARGS, _assert_nothing_left, _run, _submissions, _summary
+from tests.agent.loop.test_resume import ARGS, _assert_nothing_left, _run, _submissions, _summary
 
 
 def _config(tmp_path: Path, **over: Any) -> RunConfig:

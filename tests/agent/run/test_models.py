@@ -26,7 +26,7 @@ from grader.evaluation import evaluate
 from sandbox.backends.local import LocalSandbox
 from sandbox.base import Mount, SandboxRequest
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 HUB_ID = "rlloop-test/tiny-chat-instruct"
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 

@@ -23,7 +23,7 @@ from websockets.sync.client import ClientConnection, connect
 
 from agent.loop.approvals import Decision, publish_pending, read_decision
 from agent.proposers.base import Proposal, TrialRecord
-from tests.agent.service_support import add_users, running_service
+from tests.agent.service.support import add_users, running_service
 
 CHROMIUM = next(
     (found for name in ("chromium", "chromium-browser", "google-chrome") if (found := shutil.which(name))),

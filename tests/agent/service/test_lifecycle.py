@@ -11,7 +11,7 @@ import pytest
 
 from agent.loop.approvals import read_decision
 from agent.run.results import read_results
-from tests.agent.service_support import kill_workers, running_service, wait_for
+from tests.agent.service.support import kill_workers, running_service, wait_for
 
 pytestmark = pytest.mark.slow
 

@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 
 from agent.run.results import read_results
-from tests.agent.service_support import ACTIVE, kill_workers, running_service, wait_for
+from tests.agent.service.support import ACTIVE, kill_workers, running_service, wait_for
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 OPEN_STORE = """
 import sys
 from pathlib import Path

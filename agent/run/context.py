@@ -1,4 +1,4 @@
-"""What one research run's nodes work with: built completely by the driver (`agent.loop.driver`) before the nodes
+"""What one research run's nodes work with: built completely by `agent.run.startup.build_context` before the nodes
 exist, never changed afterwards (`agent.loop.resources.RunResources` adds the live grader, MLflow client and clock)."""
 
 from __future__ import annotations

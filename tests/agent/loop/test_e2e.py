@@ -33,7 +33,7 @@ FAST = [
     "--sandbox",
     "local",
     "--submit",
-    "all",  # these tests count one submission per trained checkpoint (the policy is tests/agent/test_validation.py)
+    "all",  # these tests count one submission per trained checkpoint (the policy is tests/agent/loop/test_validation.py)
     "--quiet",
 ]
 

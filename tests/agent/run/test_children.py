@@ -23,7 +23,7 @@ from agent.run.grading import free_port
 from tests.grader.tiny import make_tiny_model
 from tests.support.processes import alive, cmdline, descendants, still_alive
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _start(home: Path, *args: str) -> subprocess.Popen[bytes]:

@@ -15,7 +15,7 @@ from rich.console import Console
 
 from agent.run.status import read_state
 from agent.sweeps.spec import SweepSpec
-from tests.agent.test_resume import _run
+from tests.agent.loop.test_resume import _run
 
 pytestmark = pytest.mark.slow
 
