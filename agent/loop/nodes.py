@@ -368,7 +368,7 @@ class Research(Screened):
             if state.get("halt")
             else "finished"
         )
-        graded, update = self.submit_final(state, self.submit) if status != "failed" else (state, {})
+        graded, update = self.submit_at_end(state, self.submit) if status != "failed" else (state, {})
         final = finalize(self, graded, success=status != "failed", status=status, reason=reason)
         if self.config.memory:  # lessons for later runs on this benchmark and model (agent.proposers.memory)
             from agent.proposers.memory import remember_run

@@ -7,6 +7,9 @@
   bootstrap lower bound of the per-sample gain (both scored on the same valid samples) is above zero. A checkpoint
   that is no better keeps its valid score and is recorded as not submitted, with the figures that decided it.
 - "final": nothing is submitted while the loop runs; at the end the best trial by valid score is submitted once.
+
+Under "improved" and "final" alike, a run ends by grading its best trial by valid score when the grader has not seen
+it and it beats on valid what was graded (`Screened.end_candidate`): the run's answer is its best checkpoint.
 """
 
 from __future__ import annotations
@@ -165,22 +168,43 @@ class Screened(RunResources):
             self.tracker.log_metrics(parent, {"valid_score": result.score}, step=record.index)
         return {"current": record.model_dump(mode="json"), "submit_now": go}
 
-    def submit_final(
+    def end_candidate(self, state: LoopState) -> tuple[TrialRecord | None, str]:
+        """The checkpoint the run hands its user, if the grader has not seen it yet: the best trial by valid score.
+        Under "final" it is always graded at the end; under "improved" when it beats, on valid, every checkpoint
+        graded so far (the base model while none was) and a submission is left. A checkpoint the policy kept back
+        mid-run as "not beyond noise" is still the better answer on valid, and the run must not end reporting a
+        worse one (`submit=all` grades everything as it goes)."""
+        if self.config.submit == "all":
+            return None, ""
+        best = best_by_valid(self.trials(state))
+        if best is None or best.score is not None or best.submission_id is not None:
+            return None, ""
+        if self.config.submit == "final":
+            return best, "submitted at the end: the best trial by valid score (submit=final)"
+        if state.get("submissions", 0) >= self.submission_cap:
+            return None, ""
+        ref, ref_name = self.reference(state)
+        if ref is not None and (best.valid_score or 0.0) <= ref.score:
+            return None, ""
+        return best, (
+            f"submitted at the end: the best trial by valid score ({best.valid_score:.3f}), above {ref_name}; "
+            "kept back mid-run as within noise"
+        )
+
+    def submit_at_end(
         self, state: LoopState, submit: Callable[[LoopState], dict[str, Any]]
     ) -> tuple[LoopState, dict[str, Any]]:
-        """submit=final: the best trial by valid score goes to the grader once, at the end (`submit` is the loop's
-        submit node; a resumed run finds the earlier grading instead of submitting again). Returns the state with
-        that trial's grading, the run's best and its submission count filled in, and those keys alone."""
-        if self.config.submit != "final":
+        """Grade `end_candidate` once (`submit` is the loop's submit node; a resumed run finds the earlier grading
+        instead of submitting again). Returns the state with that trial's grading, the run's best and its
+        submission count filled in, and those keys alone."""
+        best, note = self.end_candidate(state)
+        if best is None:
             return state, {}
         trials = self.trials(state)
-        best = best_by_valid(trials)
-        if best is None or best.score is not None:
-            return state, {}
         graded = TrialRecord.model_validate(
             submit({**state, "current": best.model_dump(mode="json")})["current"]
         )
-        graded.submission_note = "submitted at the end: the best trial by valid score (submit=final)"
+        graded.submission_note = note
         update: dict[str, Any] = {
             "trials": [
                 (graded if t.trial_id == graded.trial_id else t).model_dump(mode="json") for t in trials
@@ -189,7 +213,12 @@ class Screened(RunResources):
         if graded.score is not None:
             update["scores"] = [*state.get("scores", []), graded.score]
             update["submissions"] = int(graded.grading.get("total_submissions", len(update["scores"])))
-            if not graded.grading.get("flags"):
+            earlier = state.get("best_score")
+            if (
+                not graded.grading.get("flags")
+                and not graded.grading.get("duplicate_of")
+                and (earlier is None or graded.score > earlier)
+            ):
                 update["best_score"], update["best_trial_id"] = graded.score, graded.trial_id
             self.reporter.info(
                 f"    [bold]final submission[/bold] {graded.trial_id} (best valid {graded.valid_score:.3f}): "

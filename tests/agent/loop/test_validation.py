@@ -200,6 +200,11 @@ def test_kill_9_then_resume_never_submits_twice_under_improved(failpoint: str, t
     assert graded[:1] == ["t01"], log()
     assert graded == [t["trial_id"] for t in state["trials"] if t["score"] is not None]
     assert all(t["valid_score"] is not None for t in state["trials"])
+    # the run's answer is its best checkpoint on valid: graded, at the latest when the run ends
+    best_on_valid = max(state["trials"], key=lambda t: t["valid_score"])
+    assert best_on_valid["score"] is not None, log()
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["best_checkpoint"]["trial_id"] in graded
 
 
 class _AtCeiling:
