@@ -120,6 +120,9 @@ def run(
         int | None, typer.Option(help="Seed of the hidden test split (default: the grader's secret).")
     ] = None,
     trial_steps: Annotated[int | None, typer.Option(help="Fixed steps per trial (reproducible).")] = None,
+    trial_seconds: Annotated[
+        float | None, typer.Option(help="Training seconds per trial (equal compute for every policy).")
+    ] = None,
     trial_cpus: Annotated[float | None, typer.Option(help="CPU limit of one trial (docker).")] = None,
     trial_concurrency: Annotated[
         int | None, typer.Option(help="Trials trained at once (cores split between them).")

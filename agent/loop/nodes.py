@@ -123,6 +123,7 @@ class Research(Screened):
             submissions_left=self.submission_cap - state.get("submissions", 0),
             recipes=allowed_recipes(self.config.recipes),
             seed=self.config.seed,
+            trial_seconds=self.config.trial_seconds,
             feedback=state.get("feedback"),
             workspace=str(self.paths.workspace),
             base_model_path=str(self.base_model),

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 ProposerFactory = Callable[["RunConfig", "Budget"], "Proposes"]
 
 
-# what `builtin` (the default without a driver model) runs; measured in benchmarks/search_policy.py
+# what `builtin` (the default without a driver model) runs; measured in benchmarks/research_ladder.py
 BUILTIN_POLICY = "tree"
 
 
@@ -44,6 +44,12 @@ def _random(config: RunConfig, budget: Budget) -> Proposes:
     return RandomProposer(max_steps=config.trial_steps)
 
 
+def _fixed(config: RunConfig, budget: Budget) -> Proposes:
+    from agent.proposers.fixed import FixedProposer
+
+    return FixedProposer(max_steps=config.trial_steps)
+
+
 def _llm(config: RunConfig, budget: Budget) -> Proposes:
     from agent.proposers.llm import LLMProposer
 
@@ -61,6 +67,7 @@ def _register_builtins() -> None:
     PROPOSERS.register("greedy", _greedy)
     PROPOSERS.register("tree", _tree)
     PROPOSERS.register("random", _random)
+    PROPOSERS.register("fixed", _fixed)
     PROPOSERS.register("llm", _llm)
 
 

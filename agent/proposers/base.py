@@ -122,6 +122,8 @@ class ProposalContext(BaseModel):
     submissions_left: int | None = None
     recipes: list[str] = Field(default_factory=list)
     seed: int = 0
+    # training seconds each trial gets when the run fixes them (`--trial-seconds`); None: a share of the time left
+    trial_seconds: float | None = None
     feedback: str | None = None  # e.g. a human's rejection reason for the previous proposal
     # where the run's files are, so a proposer can check the paths it proposes (agent.loop.proposal_paths); None: unknown
     workspace: str | None = None

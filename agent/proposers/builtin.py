@@ -76,11 +76,15 @@ def _stall_count(trials: list[TrialRecord], baseline: float | None) -> int:
 
 
 def trial_budget(context: ProposalContext, max_steps: int | None) -> tuple[float, dict[str, float | int]]:
-    """(seconds for the next trial, its budget hyperparameters): a fixed step count when `max_steps` is set
+    """(seconds for the next trial, its budget hyperparameters): the run's `trial_seconds` when it fixes them (equal
+    compute for every policy, with `max_steps` as a cap if also set), else a fixed step count when `max_steps` is set
     (reproducible), else a share of the time left, time-boxed. Every built-in policy spends compute the same way."""
+    budget: dict[str, float | int] = {"seed": context.seed + len(context.trials)}
+    if context.trial_seconds is not None:
+        budget.update(max_seconds=context.trial_seconds, max_steps=max_steps or TIME_BOXED_MAX_STEPS)
+        return context.trial_seconds, budget
     per_trial = context.seconds_left / max(context.trials_left, 1) - EVAL_RESERVE_S
     seconds = max(MIN_TRIAL_SECONDS, min(per_trial, MAX_TRIAL_SECONDS))
-    budget: dict[str, float | int] = {"seed": context.seed + len(context.trials)}
     if max_steps is not None:
         budget["max_steps"] = max_steps
     else:

@@ -1,6 +1,6 @@
 """Random search over the built-in policies' space: a uniform parent (the base model or any scored trial), a uniform
 recipe, a learning rate drawn around the recipe's default. The control the search policies are measured against
-(benchmarks/search_policy.py); seeded by the run's seed, so a run repeats."""
+(benchmarks/research_ladder.py); seeded by the run's seed, so a run repeats."""
 
 from __future__ import annotations
 

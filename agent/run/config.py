@@ -81,6 +81,12 @@ class RunConfig(BaseSettings):
         ge=1,
         description="Fixed training steps per trial (reproducible); default: trials are time-boxed.",
     )
+    trial_seconds: float | None = Field(
+        None,
+        gt=0,
+        description="Training seconds per trial: every built-in trial is time-boxed at exactly this (equal compute "
+        "for every policy); default: a share of the time left.",
+    )
     trial_memory_mb: int = Field(6144, ge=256, description="Memory limit of one trial.")
     trial_cpus: float | None = Field(None, description="CPU limit of one trial (docker).")
     trial_concurrency: int = Field(

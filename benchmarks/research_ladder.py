@@ -1,0 +1,373 @@
+"""Does the research help? Search policies against the fixed recipe a person would run, at equal compute, on a ladder
+of task x base-model rungs chosen so that choices matter.
+
+    .venv/bin/python benchmarks/research_ladder.py [--quick | --smoke] [--rungs arith,...]
+        [--policies once,seeds,random,greedy,tree] [--seeds 3] [--out results.json] [--plots DIR]
+
+Every (rung, policy, seed) is one real `rlloop run` in a subprocess (local sandbox, the default submission policy
+`improved`, `--public-fraction 0.5`), all runs of a rung on one hidden test set (`--test-seed`). Compute is trial
+seconds: every trial is time-boxed at the rung's `--trial-seconds` and every policy gets the same number of them:
+
+- once:   (a) the default recipe (`--proposer fixed`) once, with the whole compute budget in one trial;
+- seeds:  (b) the default recipe repeated with different seeds from the base model, best on valid;
+- random: (c) random search; greedy: (d) the greedy cascade; tree: (e) the search tree (the built-in default).
+
+Per run it reads the grader's own final numbers (summary.json: the checkpoint chosen on the public half, scored on
+the private half that chose nothing) and its store (each submission's public and private score, for the curve of
+private score against compute). Prints per rung and policy: mean ± standard error of the private score, the gain
+over (a) paired by seed, compute to reach the best, submissions used; then the tree against the best of (b)-(d),
+paired by seed; then the rung's property check:
+
+- the base model is above the floor and below the ceiling on the hidden test set (>= 5% and < 40%);
+- one trial of the default recipe at the per-trial budget stays below 70% (valid score of `seeds`' first trial);
+- some reachable configuration beats that one trial by >= 15 points (the best private score any run reached);
+- two regions of the space (recipe x learning-rate factor) differ by more than 3 standard errors (trial valid scores).
+
+`--quick`: the arith rung, 3 seeds, (a), (b) and the tree; `--smoke` (the suite's check that it runs end to end):
+one seed, two 4-second trials, (a) and the tree, nothing ranked. `--plots DIR` writes one PNG per rung.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+POLICIES = ("once", "seeds", "random", "greedy", "tree")
+PROPOSER = {"once": "fixed", "seeds": "fixed", "random": "random", "greedy": "greedy", "tree": "tree"}
+FLOOR, CEILING, ONE_TRIAL_MAX, REACHABLE_GAIN, REGION_SE = 0.05, 0.40, 0.70, 0.15, 3.0
+
+
+@dataclass(frozen=True)
+class Rung:
+    """One task x base model, with the compute every policy gets on it."""
+
+    benchmark: str
+    base_model: str
+    recipes: str  # the space every policy searches; the first is the default recipe
+    trial_seconds: float
+    trials: int
+    eval_limit: int = 400  # hidden test samples (half public, half private)
+    valid_limit: int = 300
+
+
+RUNGS: dict[str, Rung] = {
+    # two-digit sums and differences: the tiny model starts near 6%; how long to train, at which learning rate, and
+    # whether to continue from the best checkpoint decide where a short budget ends
+    "arith": Rung("arith", "tiny-arith", "sft,grpo", trial_seconds=15, trials=6),
+    # countdown and frozenlake with the same model: RL rungs, kept to show where the floor is (property check)
+    "countdown": Rung("countdown", "tiny-arith", "sft,grpo", trial_seconds=20, trials=6),
+    "frozenlake": Rung("frozenlake", "tiny-arith", "sft,grpo", trial_seconds=20, trials=6),
+}
+
+
+def _command(run_id: str, rung: Rung, policy: str, seed: int, test_seed: int) -> list[str]:
+    trials, seconds = (
+        (1, rung.trial_seconds * rung.trials) if policy == "once" else (rung.trials, rung.trial_seconds)
+    )
+    return [
+        sys.executable, "-m", "agent.cli", "run", "--run-id", run_id, "--benchmark", rung.benchmark,
+        "--base-model", rung.base_model, "--proposer", PROPOSER[policy], "--seed", str(seed),
+        "--loop-n", str(trials), "--trial-seconds", str(seconds), "--trial-timeout", f"{int(seconds) + 300}s",
+        "--recipes", rung.recipes, "--eval-limit", str(rung.eval_limit), "--valid-limit", str(rung.valid_limit),
+        "--public-fraction", "0.5", "--test-seed", str(test_seed), "--sandbox", "local", "--timeout", "3h",
+        "--quiet",
+    ]  # fmt: skip
+
+
+def run_once(home: Path, run_id: str, rung: Rung, policy: str, seed: int, test_seed: int) -> dict[str, Any]:
+    """One real run; its figures from the grader's summary and store."""
+    env = {**os.environ, "RLLOOP_HOME": str(home), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2")}
+    started = time.monotonic()
+    done = subprocess.run(
+        _command(run_id, rung, policy, seed, test_seed), env=env, capture_output=True, text=True, cwd=REPO
+    )
+    run_dir = home / "runs" / run_id
+    if done.returncode != 0 or not (run_dir / "summary.json").exists():
+        raise RuntimeError(f"{run_id} failed (exit {done.returncode}): {(done.stdout + done.stderr)[-800:]}")
+    figures = run_figures(run_dir)
+    figures["wall_s"] = round(time.monotonic() - started, 1)
+    return figures
+
+
+def run_figures(run_dir: Path) -> dict[str, Any]:
+    """What one finished run handed its user, as the grader scored it, and its path there (trial by trial)."""
+    from agent.run.status import read_state
+
+    summary = json.loads((run_dir / "summary.json").read_text())
+    grader = summary.get("grader") or {}
+    state = read_state(run_dir)
+    base_private = grader.get("baseline_private_score")
+    graded = _graded(run_dir / "grader" / "store.db")
+    curve: list[tuple[float, float]] = [(0.0, float(base_private or 0.0))]
+    spent, best_public, current, to_best = 0.0, None, base_private, 0.0
+    trials = []
+    for trial in state.get("trials", []):
+        spent += float(trial.get("duration_s") or 0.0)
+        trials.append(
+            {
+                "recipe": trial.get("recipe") or (trial.get("proposal") or {}).get("recipe"),
+                "lr": ((trial.get("proposal") or {}).get("hyperparameters") or {}).get("learning_rate"),
+                "valid": trial.get("valid_score"),
+                "status": trial.get("status"),
+            }
+        )
+        public, private = graded.get(trial["trial_id"], (None, None))
+        if public is not None and (best_public is None or public > best_public):
+            best_public, current, to_best = public, private, spent
+        curve.append((spent, float(current if current is not None else base_private or 0.0)))
+    return {
+        "private": grader.get("final_private_score"),
+        "baseline_private": base_private,
+        "submissions": summary.get("submissions", 0),
+        "trials": trials,
+        "compute_s": round(spent, 1),
+        "compute_to_best_s": round(to_best, 1),
+        "curve": curve,
+        "stop_reason": summary.get("stop_reason"),
+    }
+
+
+def _graded(store: Path) -> dict[str, tuple[float | None, float | None]]:
+    """trial id -> (public, private) score of its submission (read after the run, as the grader's report is)."""
+    if not store.exists():
+        return {}
+    with sqlite3.connect(f"file:{store}?mode=ro", uri=True) as conn:
+        rows = conn.execute(
+            "SELECT model_path, public_score, private_score FROM submissions WHERE status = 'done' ORDER BY id"
+        ).fetchall()
+    return {Path(path).parent.name: (public, private) for path, public, private in rows}
+
+
+def mean_se(values: Sequence[float]) -> tuple[float, float]:
+    mean = statistics.fmean(values) if values else float("nan")
+    se = statistics.stdev(values) / math.sqrt(len(values)) if len(values) > 1 else float("nan")
+    return mean, se
+
+
+def _text(values: Sequence[float], digits: int = 3) -> str:
+    mean, se = mean_se(values)
+    if mean != mean:
+        return "n/a"
+    return f"{mean:.{digits}f} ± {se:.{digits}f}" if se == se else f"{mean:.{digits}f} ± n/a"
+
+
+def _private(run: dict[str, Any]) -> float:
+    return float(run["private"] if run["private"] is not None else run["baseline_private"] or 0.0)
+
+
+def table(rung: str, by_policy: dict[str, list[dict[str, Any]]]) -> list[str]:
+    """One line per policy: private score, paired gain over (a), compute to best, submissions."""
+    once = {r["seed"]: _private(r) for r in by_policy.get("once", [])}
+    lines = []
+    for policy, runs in by_policy.items():
+        private = [_private(r) for r in runs]
+        gain = [_private(r) - once[r["seed"]] for r in runs if r["seed"] in once]
+        lines.append(
+            f"{rung:<11} {policy:<7} private {_text(private)}  gain over (a) {_text(gain)}  "
+            f"compute to best {_text([r['compute_to_best_s'] for r in runs], 0)} s of "
+            f"{_text([r['compute_s'] for r in runs], 0)}  submissions {_text([r['submissions'] for r in runs], 1)}  "
+            f"(n={len(runs)})"
+        )
+    return lines
+
+
+def tree_against_best_baseline(by_policy: dict[str, list[dict[str, Any]]]) -> str:
+    """The tree against the best of (b)-(d) by mean private score, paired by seed."""
+    baselines = {p: runs for p, runs in by_policy.items() if p in ("seeds", "random", "greedy") and runs}
+    if "tree" not in by_policy or not baselines:
+        return "tree vs best baseline: n/a (needs the tree and one of seeds, random, greedy)"
+    best = max(baselines, key=lambda p: mean_se([_private(r) for r in baselines[p]])[0])
+    theirs = {r["seed"]: _private(r) for r in baselines[best]}
+    diffs = [_private(r) - theirs[r["seed"]] for r in by_policy["tree"] if r["seed"] in theirs]
+    mean, se = mean_se(diffs)
+    verdict = "n/a" if se != se else "better" if mean > se else "worse" if mean < -se else "within one SE"
+    return f"tree vs {best} (the best baseline), paired by seed: {_text(diffs)} -> {verdict}"
+
+
+def property_check(
+    rung: Rung, by_policy: dict[str, list[dict[str, Any]]]
+) -> list[tuple[str, bool | None, str]]:
+    """The rung's four properties, each (name, held? (None: not measured), figures)."""
+    runs = [r for runs in by_policy.values() for r in runs]
+    base = [float(r["baseline_private"]) for r in runs if r["baseline_private"] is not None]
+    checks: list[tuple[str, bool | None, str]] = []
+    b = statistics.fmean(base) if base else None
+    checks.append(
+        (
+            f"base model in [{FLOOR:.0%}, {CEILING:.0%}) on the hidden test set",
+            None if b is None else FLOOR <= b < CEILING,
+            "n/a" if b is None else f"{b:.3f}",
+        )
+    )
+    firsts = [
+        float(r["trials"][0]["valid"])
+        for r in by_policy.get("seeds", [])
+        if r["trials"] and r["trials"][0]["valid"] is not None
+    ]
+    one = statistics.fmean(firsts) if firsts else None
+    checks.append(
+        (
+            f"one default trial ({rung.recipes.split(',')[0]}, {rung.trial_seconds:g} s) below {ONE_TRIAL_MAX:.0%}",
+            None if one is None else one < ONE_TRIAL_MAX,
+            "n/a (needs the seeds policy)" if one is None else f"valid {one:.3f} (n={len(firsts)})",
+        )
+    )
+    top = max((_private(r) for r in runs), default=None)
+    checks.append(
+        (
+            f"some reachable configuration beats it by >= {REACHABLE_GAIN * 100:.0f} points",
+            None if top is None or one is None else top - one >= REACHABLE_GAIN,
+            "n/a"
+            if top is None or one is None
+            else f"best private {top:.3f}, {100 * (top - one):+.1f} points",
+        )
+    )
+    regions: dict[tuple[str, float], list[float]] = defaultdict(list)
+    for run in runs:
+        for trial in run["trials"]:
+            if trial["valid"] is not None and trial["recipe"]:
+                regions[(trial["recipe"], round(math.log10(trial["lr"]), 1) if trial["lr"] else 0.0)].append(
+                    float(trial["valid"])
+                )
+    scored = {k: mean_se(v) for k, v in regions.items() if len(v) >= 2}
+    apart = None
+    if len(scored) >= 2:
+        hi = max(scored, key=lambda k: scored[k][0])
+        lo = min(scored, key=lambda k: scored[k][0])
+        gap = scored[hi][0] - scored[lo][0]
+        se = math.sqrt(scored[hi][1] ** 2 + scored[lo][1] ** 2) or float("inf")
+        apart = (hi, lo, gap, gap / se)
+    checks.append(
+        (
+            f"two regions (recipe x log10 lr) differ by > {REGION_SE:g} SE",
+            None if apart is None else apart[3] > REGION_SE,
+            "n/a (fewer than two regions with 2+ trials)"
+            if apart is None
+            else f"{apart[0]} vs {apart[1]}: {apart[2]:+.3f} = {apart[3]:.1f} SE",
+        )
+    )
+    return checks
+
+
+def plot(rung: str, by_policy: dict[str, list[dict[str, Any]]], path: Path) -> None:
+    """Private score against compute, one line per policy (mean over seeds of a step curve), shaded ± SE."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for policy, runs in by_policy.items():
+        end = max((r["curve"][-1][0] for r in runs), default=0.0)
+        grid = [end * i / 60 for i in range(61)]
+        ys = [[_at(r["curve"], x) for x in grid] for r in runs]
+        means = [statistics.fmean(col) for col in zip(*ys, strict=True)]
+        ses = [
+            statistics.stdev(col) / math.sqrt(len(col)) if len(col) > 1 else 0.0
+            for col in zip(*ys, strict=True)
+        ]
+        ax.plot(grid, means, label=f"{policy} (n={len(runs)})")
+        ax.fill_between(
+            grid,
+            [m - s for m, s in zip(means, ses, strict=True)],
+            [m + s for m, s in zip(means, ses, strict=True)],
+            alpha=0.2,
+        )
+    ax.set_xlabel("trial compute (s)")
+    ax.set_ylabel("private test score of the run's choice")
+    ax.set_title(f"{rung}: private score against compute")
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _at(curve: list[tuple[float, float]], x: float) -> float:
+    value = curve[0][1]
+    for spent, score in curve:
+        if spent <= x:
+            value = score
+    return value
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--quick", action="store_true", help="arith; 3 seeds of once, seeds and tree")
+    parser.add_argument("--smoke", action="store_true", help="end to end only: one seed, two 4-s trials")
+    parser.add_argument("--rungs", default=",".join(RUNGS))
+    parser.add_argument("--policies", default=",".join(POLICIES))
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--test-seed", type=int, default=20261201, help="one hidden test set per rung")
+    parser.add_argument("--home", type=Path, default=None, help="RLLOOP_HOME (default: a temp dir)")
+    parser.add_argument("--out", type=Path, default=None, help="every run's figures as JSON")
+    parser.add_argument("--plots", type=Path, default=None, help="a folder for one PNG per rung")
+    args = parser.parse_args(argv)
+    rungs = {name: RUNGS[name] for name in args.rungs.split(",")}
+    policies = args.policies.split(",")
+    unknown = [p for p in policies if p not in POLICIES]
+    if unknown:
+        parser.error(f"unknown policies {unknown}: choose from {', '.join(POLICIES)}")
+    if args.quick:
+        rungs, policies, args.seeds = {"arith": RUNGS["arith"]}, ["once", "seeds", "tree"], 3
+    if args.smoke:
+        smoke = Rung("arith", "tiny-arith", "sft", trial_seconds=4, trials=2, eval_limit=60, valid_limit=60)
+        rungs, policies, args.seeds = {"arith": smoke}, ["once", "tree"], 1
+    home = (args.home or Path(tempfile.mkdtemp(prefix="rlloop-ladder-"))).resolve()
+    from agent.run.models import resolve_base_model
+
+    for model in sorted({r.base_model for r in rungs.values()}):
+        resolve_base_model(model, home)  # built once, outside the measured runs
+    stamp = time.strftime("%H%M%S")
+    results: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    report: list[str] = []
+    for name, rung in rungs.items():
+        by_policy: dict[str, list[dict[str, Any]]] = {}
+        for policy in policies:
+            for seed in range(args.seeds):
+                run_id = f"ladder-{stamp}-{name}-{policy}-{seed}"
+                figures = {"seed": seed, **run_once(home, run_id, rung, policy, seed, args.test_seed)}
+                by_policy.setdefault(policy, []).append(figures)
+                print(
+                    f"  {run_id}: private {_private(figures):.3f} (base {figures['baseline_private']}), "
+                    f"compute {figures['compute_s']} s, {figures['submissions']} submissions, {figures['wall_s']} s wall",
+                    flush=True,
+                )
+        results[name] = by_policy
+        lines = [*table(name, by_policy), tree_against_best_baseline(by_policy)]
+        checks = property_check(rung, by_policy)
+        lines += [
+            f"  [{'ok' if held else 'n/a' if held is None else 'FAILS'}] {what}: {fig}"
+            for what, held, fig in checks
+        ]
+        if args.plots:
+            args.plots.mkdir(parents=True, exist_ok=True)
+            plot(name, by_policy, args.plots / f"ladder_{name}.png")
+            lines.append(f"  plot: {args.plots / f'ladder_{name}.png'}")
+        print("\n".join(lines), flush=True)
+        report += lines
+    print("\n".join(["", *report]))
+    if args.out:
+        args.out.write_text(
+            json.dumps({"args": vars(args) | {"home": str(home)}, "runs": results}, default=str)
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,74 @@
+"""benchmarks/research_ladder.py end to end, as a smoke test only: real runs of the fixed recipe and the tree on a
+tiny arith rung, their figures read back from the grader, the table, the property check and the plot. Nothing is
+ranked here (a two-trial rung on 60 test samples separates nothing); the comparison's figures are in README."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+import research_ladder  # noqa: E402
+
+
+@pytest.mark.slow
+def test_the_ladder_runs_end_to_end(
+    tmp_path: Path, tiny_model_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    home = tmp_path / "home"
+    shutil.copytree(tiny_model_dir, home / "models" / "tiny-arith")
+    out, plots = tmp_path / "ladder.json", tmp_path / "plots"
+    assert (
+        research_ladder.main(["--smoke", "--home", str(home), "--out", str(out), "--plots", str(plots)]) == 0
+    )
+    runs = json.loads(out.read_text())["runs"]["arith"]
+    assert set(runs) == {"once", "tree"}
+    once, tree = runs["once"][0], runs["tree"][0]
+    assert len(once["trials"]) == 1 and len(tree["trials"]) == 2
+    for run in (once, tree):
+        assert 0.0 <= run["baseline_private"] <= 1.0 and run["compute_s"] > 0
+        assert run["curve"][0] == [0.0, run["baseline_private"]]
+        assert all(t["recipe"] == "sft" and t["valid"] is not None for t in run["trials"])
+    printed = capsys.readouterr().out
+    assert "arith       once    private" in printed and "arith       tree    private" in printed
+    assert "base model in [5%, 40%) on the hidden test set" in printed
+    assert (plots / "ladder_arith.png").stat().st_size > 10_000
+
+
+def test_the_property_check_reads_the_runs() -> None:
+    """The four properties from hand-made run figures: what holds, what fails, what was not measured."""
+
+    def run(seed: int, private: float, trials: list[tuple[str, float, float]]) -> dict[str, object]:
+        return {
+            "seed": seed,
+            "private": private,
+            "baseline_private": 0.1,
+            "trials": [{"recipe": r, "lr": lr, "valid": v, "status": "succeeded"} for r, lr, v in trials],
+        }
+
+    rung = research_ladder.RUNGS["arith"]
+    by_policy = {
+        "seeds": [
+            run(0, 0.3, [("sft", 1e-3, 0.30), ("sft", 1e-3, 0.32)]),
+            run(1, 0.31, [("sft", 1e-3, 0.31)]),
+        ],
+        "tree": [
+            run(0, 0.6, [("grpo", 1e-4, 0.60), ("grpo", 1e-4, 0.62)]),
+            run(1, 0.58, [("grpo", 1e-4, 0.59)]),
+        ],
+    }
+    checks = {
+        what.split(" ")[0] + what.split(" ")[1]: held
+        for what, held, _ in research_ladder.property_check(rung, by_policy)
+    }
+    assert checks == {"basemodel": True, "onedefault": True, "somereachable": True, "tworegions": True}
+    for first in by_policy["seeds"]:  # one default trial saturates
+        first["trials"][0]["valid"] = 0.9  # type: ignore[index]
+    held = [h for _, h, _ in research_ladder.property_check(rung, by_policy)]
+    assert held[1] is False and held[2] is False
+    assert [h for _, h, _ in research_ladder.property_check(rung, {"tree": by_policy["tree"]})][1] is None
