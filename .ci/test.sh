@@ -42,7 +42,8 @@ stop_background() {  # nothing outlives a failed or interrupted run
 trap stop_background EXIT
 
 background system bash -c "bash .ci/docker.sh && bash .ci/chromium.sh"
-background vllm-venv "$MAKE" --no-print-directory "$VLLM_VENV/.installed"
+# vLLM's venv, then its tests, niced: they run on what the suite leaves idle (its tail) instead of after it
+background vllm bash -c "'$MAKE' --no-print-directory '$VLLM_VENV/.installed' && nice -n 10 '$MAKE' --no-print-directory test-vllm"
 step "installing rlloop's venv"
 "$MAKE" --no-print-directory "$VENV/.installed-dev" "$VENV/.installed-verl"
 await system
@@ -54,8 +55,15 @@ status=0
 # what every file needs (tiny-arith, tiny-chat) is built once for both (tests/conftest.py).
 RLLOOP_VERL_SITE="$VENV/verl-site" "$VENV/bin/python" -m pytest -q -p no:cacheprovider --timeout=1800 \
   -n "${TEST_WORKERS:-2}" --dist loadscope --durations=25 || status=$?
-await vllm-venv
-step "running the vLLM tests"
-"$MAKE" --no-print-directory test-vllm || status=$((status ? status : $?))
+step "waiting for vLLM's venv and tests (log: $LOGS/vllm.log)"
+if wait "${PIDS[vllm]}"; then
+  tail -n 3 "$LOGS/vllm.log"
+else
+  vllm_status=$?
+  echo "error: the vLLM tests failed; the last lines of $LOGS/vllm.log:" >&2
+  tail -n 40 "$LOGS/vllm.log" >&2
+  status=$((status ? status : vllm_status))
+fi
+unset "PIDS[vllm]"
 step "done (exit status $status)"
 exit "$status"

@@ -245,7 +245,7 @@ def agent_request(
         mounts=readonly,
         network="grader",
         grader_url=grader_url,
-        labels={"rlloop.run": paths.run_id, "rlloop.trial": AGENT_TRIAL},
+        labels={**paths.labels, "rlloop.trial": AGENT_TRIAL},
     )
 
 
@@ -342,7 +342,7 @@ def run_external(
         reporter.info(f"agent ended: {escape(reason)} (log: {request.log_path})")
     except (KeyboardInterrupt, RunInterrupted) as exc:
         status, reason = "interrupted", str(exc) or "SIGINT"
-        sandbox.cleanup({"rlloop.run": run_id})
+        sandbox.cleanup(paths.labels)
     finally:
         if relay is not None:
             relay.close()

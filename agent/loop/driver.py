@@ -60,7 +60,7 @@ def execute(
         return _stop(research, graph, config, paths, reporter, str(exc) or "SIGINT")
     except BaseException as exc:
         if research is not None:
-            research.sandbox.cleanup({"rlloop.run": paths.run_id})
+            research.sandbox.cleanup(paths.labels)
             research.close()
         if isinstance(exc, Exception):  # died on an error: failed, with it, wherever runs are listed
             reason = error_line(exc)
@@ -85,7 +85,7 @@ def _stop(
     if research is None:
         summary = interrupted_before_start(config, paths, reason)
     else:
-        research.sandbox.cleanup({"rlloop.run": paths.run_id})
+        research.sandbox.cleanup(paths.labels)
         summary = finalize(
             research, _last_state(graph, paths), success=False, status="interrupted", reason=reason
         )

@@ -272,7 +272,7 @@ def sandbox_request(
             **({"PYTHONPATH": os.pathsep.join(pythonpath)} if pythonpath else {}),
         },
         mounts=[*host.mounts(seen), *plugins],
-        labels={"rlloop.run": paths.run_id, "rlloop.trial": trial_id},
+        labels={**paths.labels, "rlloop.trial": trial_id},
     )
 
 

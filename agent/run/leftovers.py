@@ -20,7 +20,7 @@ def end_leftovers(sandbox: Sandbox, paths: RunPaths, reporter: Reporter) -> list
     """End everything of this run an earlier process left (trial containers or processes, the grader); report
     what it was; return the descriptions (empty when nothing was left)."""
     ended: list[str] = []
-    found = sandbox.cleanup({"rlloop.run": paths.run_id})
+    found = sandbox.cleanup(paths.labels)
     what = list(getattr(found, "what", ()))
     ended += what or [f"{sandbox.name} sandbox trial process"] * int(found)
     grader = stop_stale_grader(paths)

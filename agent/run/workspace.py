@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import secrets
@@ -56,6 +57,13 @@ class RunPaths:
     @property
     def run_dir(self) -> Path:
         return self.home / "runs" / self.run_id
+
+    @property
+    def labels(self) -> dict[str, str]:
+        """What marks this run's trials (processes, containers) so that it can find and end them, and only them: its
+        id and its home (the same run id under another home, another user's or another test's, is another run)."""
+        home = hashlib.sha256(str(self.home.resolve()).encode()).hexdigest()[:16]
+        return {"rlloop.run": self.run_id, "rlloop.home": home}
 
     @property
     def workspace(self) -> Path:

@@ -243,7 +243,7 @@ LocalSandbox(isolate=sys.argv[4] == "isolated").run(
         command=[sys.executable, "-c", sys.argv[2], "300", sys.argv[3]],
         workspace=ws,
         log_path=ws.parent / "log.txt",
-        labels={"rlloop.run": sys.argv[3], "rlloop.trial": "t01"},
+        labels={"rlloop.run": sys.argv[3], "rlloop.home": "h1", "rlloop.trial": "t01"},
     )
 )
 """
@@ -281,7 +281,9 @@ def test_cleanup_ends_what_a_dead_unisolated_run_left(workspace: Path, token: st
         "unisolated, the double-forked grandchild survives its run (what cleanup is for)"
     )
     assert LocalSandbox(isolate=False).cleanup({"rlloop.run": "some-other-run"}) == 0
-    report = LocalSandbox(isolate=False).cleanup({"rlloop.run": token})
+    # the same run id under another home is another run: its cleanup ends nothing of this one
+    assert LocalSandbox(isolate=False).cleanup({"rlloop.run": token, "rlloop.home": "h2"}) == 0
+    report = LocalSandbox(isolate=False).cleanup({"rlloop.run": token, "rlloop.home": "h1"})
     assert report >= 1 and any("t01" in what for what in report.what)
     for _ in range(50):
         if not running_with(token):

@@ -108,9 +108,12 @@ def test_leftovers_are_ended_and_named_in_the_run_log(tmp_path: Path) -> None:
     paths.run_dir.mkdir(parents=True)
     sandbox = DockerSandbox(image=IMAGE)
     sandbox.client.containers.create(
-        IMAGE,
-        command=["true"],
-        labels={"rlloop.managed": "true", "rlloop.run": run_id, "rlloop.trial": "t03"},
+        IMAGE, command=["true"], labels={"rlloop.managed": "true", **paths.labels, "rlloop.trial": "t03"}
+    )
+    # the same run id under another home (another user's, another test's): not this run's to end
+    elsewhere = RunPaths(tmp_path / "elsewhere", run_id).labels
+    theirs = sandbox.client.containers.create(
+        IMAGE, command=["true"], labels={"rlloop.managed": "true", **elsewhere, "rlloop.trial": "t03"}
     )
     grader = _fake_grader(paths)
     reporter = Reporter(paths.log_file, quiet=True)
@@ -127,4 +130,6 @@ def test_leftovers_are_ended_and_named_in_the_run_log(tmp_path: Path) -> None:
         f"ended 1 leftover trial container of t03 (created), 1 leftover grader process (pid {grader.pid}) "
         "from the previous attempt" in log
     )
-    assert not sandbox.client.containers.list(all=True, filters={"label": f"rlloop.run={run_id}"})
+    left = sandbox.client.containers.list(all=True, filters={"label": f"rlloop.run={run_id}"})
+    assert [c.id for c in left] == [theirs.id]
+    theirs.remove(force=True)
