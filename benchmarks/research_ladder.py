@@ -23,7 +23,7 @@ paired by seed; then the rung's property check:
 - some reachable configuration beats that one trial by >= 15 points (the best private score any run reached);
 - two regions of the space (recipe x learning-rate factor) differ by more than 3 standard errors (trial valid scores).
 
-`--quick`: the arith rung, 3 seeds, (a), (b) and the tree; `--smoke` (the suite's check that it runs end to end):
+`--quick`: the arith rung at four 10-s trials, 3 seeds of (a), (b) and the tree; `--smoke` (the suite's check that it runs end to end):
 one seed, two 4-second trials, (a) and the tree, nothing ranked. `--plots DIR` writes one PNG per rung.
 """
 
@@ -308,7 +308,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--quick", action="store_true", help="arith; 3 seeds of once, seeds and tree")
+    parser.add_argument(
+        "--quick", action="store_true", help="arith, 4 x 10 s; 3 seeds of once, seeds and tree"
+    )
     parser.add_argument("--smoke", action="store_true", help="end to end only: one seed, two 4-s trials")
     parser.add_argument("--rungs", default=",".join(RUNGS))
     parser.add_argument("--policies", default=",".join(POLICIES))
@@ -323,8 +325,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     unknown = [p for p in policies if p not in POLICIES]
     if unknown:
         parser.error(f"unknown policies {unknown}: choose from {', '.join(POLICIES)}")
-    if args.quick:
-        rungs, policies, args.seeds = {"arith": RUNGS["arith"]}, ["once", "seeds", "tree"], 3
+    if args.quick:  # four 10-s trials a run, 3 seeds of (a), (b) and the tree: about 20 minutes on 2 cores
+        quick = Rung(
+            "arith", "tiny-arith", "sft,grpo", trial_seconds=10, trials=4, eval_limit=300, valid_limit=200
+        )
+        rungs, policies, args.seeds = {"arith": quick}, ["once", "seeds", "tree"], 3
     if args.smoke:
         smoke = Rung("arith", "tiny-arith", "sft", trial_seconds=4, trials=2, eval_limit=60, valid_limit=60)
         rungs, policies, args.seeds = {"arith": smoke}, ["once", "tree"], 1
