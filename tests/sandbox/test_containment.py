@@ -268,6 +268,7 @@ def _agent_image() -> Sandbox:
     return DockerSandbox(image=AGENT_IMAGE, grace_s=1, output_poll_s=0.3)
 
 
+@pytest.mark.slow  # over a minute on 2 cores: the full suite's, not the edit-test loop's
 @pytest.mark.parametrize(
     "kind",
     [

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -67,6 +68,7 @@ def _build_in_fresh_process(out: Path, threads: int, hash_seed: str) -> dict[str
     return {f.name: f.read_bytes() for f in sorted(out.iterdir())}
 
 
+@pytest.mark.slow  # builds the model twice more
 def test_fresh_builds_are_byte_identical_whatever_the_threads_and_hash_seed(tmp_path: Path) -> None:
     """The weights and tokenizer files repeat byte for byte; only the provenance's timing may differ."""
     first = _build_in_fresh_process(tmp_path / "a", threads=1, hash_seed="1")

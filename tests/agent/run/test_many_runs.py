@@ -83,6 +83,7 @@ def _parents(home: Path) -> set[str]:
     return {r.data.tags["rlloop.run_id"] for r in runs}
 
 
+@pytest.mark.slow  # eight processes a round: for the full suite, not the edit-test loop
 @pytest.mark.parametrize("round_", range(3))
 def test_the_mlflow_store_is_made_once_by_many_processes(tmp_path: Path, round_: int) -> None:
     """Eight processes open a store that does not exist yet, all at once (alembic's migrations race without the
@@ -96,6 +97,7 @@ def test_the_mlflow_store_is_made_once_by_many_processes(tmp_path: Path, round_:
     assert _parents(home) == {f"run-{i}" for i in range(8)}
 
 
+@pytest.mark.slow
 def test_a_built_in_model_asked_for_at_once_is_built_once(tmp_path: Path) -> None:
     home = tmp_path / "home"
     results = _together([[sys.executable, "-c", BUILD, str(home)] for _ in range(3)], _env(home), timeout=600)
