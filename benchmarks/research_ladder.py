@@ -98,12 +98,12 @@ def run_once(home: Path, run_id: str, rung: Rung, policy: str, seed: int, test_s
     run_dir = home / "runs" / run_id
     if done.returncode != 0 or not (run_dir / "summary.json").exists():
         raise RuntimeError(f"{run_id} failed (exit {done.returncode}): {(done.stdout + done.stderr)[-800:]}")
-    figures = run_figures(run_dir)
+    figures = read_run(run_dir)
     figures["wall_s"] = round(time.monotonic() - started, 1)
     return figures
 
 
-def run_figures(run_dir: Path) -> dict[str, Any]:
+def read_run(run_dir: Path) -> dict[str, Any]:
     """What one finished run handed its user, as the grader scored it, and its path there (trial by trial)."""
     from agent.run.status import read_state
 
@@ -119,7 +119,7 @@ def run_figures(run_dir: Path) -> dict[str, Any]:
         spent += float(trial.get("duration_s") or 0.0)
         trials.append(
             {
-                "recipe": trial.get("recipe") or (trial.get("proposal") or {}).get("recipe"),
+                "recipe": (trial.get("proposal") or {}).get("recipe"),
                 "lr": ((trial.get("proposal") or {}).get("hyperparameters") or {}).get("learning_rate"),
                 "valid": trial.get("valid_score"),
                 "status": trial.get("status"),
