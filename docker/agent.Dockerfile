@@ -1,5 +1,6 @@
 # rlloop agent image (CPU): the trainer image plus the rest of AutoRL-Bench's agent-side requirements (requests,
-# loguru, ...), so an external agent written for AutoRL-Bench runs unchanged under `rlloop bench --agents DIR`.
+# loguru, ...) and the openai SDK for LLM-driven agents (their model is reached through rlloop's gateway), so an
+# external agent written for AutoRL-Bench runs unchanged under `rlloop bench --agents DIR`.
 # The trainer image stays lean for rlloop's own trials.
 #
 # Built by `rlloop sandbox build --agent` (sandbox/images.py), whose context holds:
@@ -14,5 +15,5 @@ COPY wheelhouse /tmp/agent-wheelhouse
 RUN /opt/venv/bin/pip install --no-cache-dir --no-index --find-links /tmp/agent-wheelhouse \
       -r /tmp/agent-wheelhouse/requirements.txt \
  && rm -rf /tmp/agent-wheelhouse \
- && /opt/venv/bin/python -c "import accelerate, datasets, huggingface_hub, loguru, numpy, pandas, peft, pydantic, requests, torch, transformers, trl, yaml"
+ && /opt/venv/bin/python -c "import accelerate, datasets, huggingface_hub, loguru, numpy, openai, pandas, peft, pydantic, requests, torch, transformers, trl, yaml"
 USER rlloop

@@ -60,6 +60,7 @@ AGENT_PACKAGES = (
     "loguru",
     "requests",
     "pyyaml",
+    "openai",  # not AutoRL-Bench's: for LLM-driven agents, which reach their model through rlloop's gateway
 )
 # Pins for agent packages this host may not have installed (rlloop itself never imports them).
 AGENT_FALLBACK_PINS = {"loguru": "0.7.3"}

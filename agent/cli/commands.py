@@ -164,6 +164,18 @@ def run(
     llm_script_timeout: Annotated[
         str | None, typer.Option(help="Limit of one script the driver LLM runs, e.g. 1m.")
     ] = None,
+    agent_llm_base_url: Annotated[
+        str | None, typer.Option(help="External agents (`rlloop bench --agents`): their model's base URL.")
+    ] = None,
+    agent_llm_key_env: Annotated[
+        str | None, typer.Option(help="External agents: host variable holding the model's key.")
+    ] = None,
+    agent_llm_models: Annotated[
+        str | None, typer.Option(help="External agents: comma list of models they may call.")
+    ] = None,
+    agent_llm_max_request_bytes: Annotated[
+        int | None, typer.Option(help="External agents: largest model request forwarded.")
+    ] = None,
     memory: Annotated[
         bool, typer.Option("--memory", help="Learn across runs: lessons per benchmark and base model.")
     ] = False,

@@ -17,6 +17,11 @@ sends. The token is never handed to the agent; instead a `TokenRelay` on the hos
 agent-facing endpoints (/submit, /health, /time, /scores, /best) to the grader with the header added, and refuses
 everything else (/finalize above all). The sandbox's `network="grader"` makes that relay the only reachable host.
 The relay also speaks AutoRL-Bench's dialect where rlloop's grader differs (`agent.external.autorl.AutoRLAdapter`).
+
+Model: with `agent_llm_base_url` set, the same relay address also serves `/v1/...` through the model gateway
+(`agent.external.gateway`): the agent gets OPENAI_*/ANTHROPIC_*/LITELLM_* variables pointing at it with a placeholder
+key, and its calls are forwarded with the real key, metered against the run's caps and recorded. One address still
+serves everything, so the sandbox's network stays as it is.
 """
 
 from __future__ import annotations
@@ -28,15 +33,21 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 import yaml
 from pydantic import BaseModel, Field, ValidationError, field_validator
 from rich.markup import escape
 
+from agent.external import posttrainbench
 from agent.external.agent_failure import AgentFailure, diagnose
 from agent.external.autorl import AutoRLAdapter, init_run_meta, update_run_meta
+from agent.external.gateway import GatewayConfig, ModelGateway
+from agent.external.gateway import agent_env as llm_env
+from agent.external.llm_traces import CallTraces
+from agent.llm.budget import Budget, BudgetLimits
+from agent.llm.pricing import PriceTable
 from agent.loop.trials import TRAIN_ENV
 from agent.run.config import RunConfig
 from agent.run.finish import FINISH_RESERVE_S, close_tracking, read_final, write_ending
@@ -54,6 +65,7 @@ from sandbox.registry import isolation_of
 from tasks.atomic import atomic_write_json
 
 AGENT_ERROR_TAG = "rlloop.agent_error"  # MLflow tag on the run's parent: "agent failed: <error line>"
+AGENT_LLM_LIMIT_TAG = "rlloop.agent_llm_limit"  # MLflow tag: the cap that refused the agent's model calls
 AGENT_TRIAL = "agent"  # trials/<id>: the host's record of the agent (its log)
 INSIDE = Path("/workspace")  # the agent's folder, as it sees it (its working directory)
 META_INSIDE = Path("/run/rlloop-meta")  # the host's run_meta.json folder, read-only
@@ -61,6 +73,16 @@ FORWARDED = {("POST", "/submit"), ("GET", "/health"), ("GET", "/time"), ("GET", 
 # Re-export RLLOOP_GRADER_URL (what every sandbox backend sets to the address the command can reach) under the
 # AutoRL-Bench name, then hand over to the agent's start script exactly as run_agent.py does: `bash <start>`.
 LAUNCHER = 'export GRADING_SERVER_URL="${RLLOOP_GRADER_URL:-$GRADING_SERVER_URL}"; exec bash "$0"'
+INSIDE_URL = "$GRADING_SERVER_URL"  # how the launcher names the relay's address as the agent sees it
+
+
+def launcher(llm_urls: dict[str, str] | None = None) -> str:
+    """LAUNCHER, and with a model gateway its URL variables re-exported from the address the sandbox set."""
+    if not llm_urls:
+        return LAUNCHER
+    first, _, rest = LAUNCHER.partition("; ")
+    exports = " ".join(f'{name}="{value}"' for name, value in llm_urls.items())
+    return f"{first}; export {exports}; {rest}"
 
 
 class ExternalAgentError(ValueError):
@@ -76,6 +98,7 @@ class ExternalAgentSpec(BaseModel):
 
     name: str = Field(min_length=1)
     start: str = "start.sh"
+    contract: Literal["autorl-bench", "posttrainbench"] = "autorl-bench"  # whose agent layout it follows
     description: str = ""
     env_vars: dict[str, str] = Field(default_factory=dict)
     folder: Path = Path()
@@ -93,18 +116,24 @@ class ExternalAgentSpec(BaseModel):
 
 
 def is_agent_folder(value: str | Path) -> bool:
-    """True for a folder holding config.yaml: how `--agents` tells an external agent from `builtin`/`llm`."""
+    """True for a folder holding config.yaml (AutoRL-Bench) or solve.sh (PostTrainBench): how `--agents` tells an
+    external agent from `builtin`/`llm`."""
     path = Path(value).expanduser()
-    return path.is_dir() and (path / "config.yaml").is_file()
+    return path.is_dir() and ((path / "config.yaml").is_file() or posttrainbench.is_solve_folder(path))
 
 
 def load_agent(folder: str | Path) -> ExternalAgentSpec:
     """Read and check `folder/config.yaml`; one line naming what is wrong otherwise."""
     root = Path(folder).expanduser().resolve()
     config_path = root / "config.yaml"
+    if posttrainbench.is_solve_folder(root):
+        return ExternalAgentSpec(
+            name=root.name, start=posttrainbench.START, contract=posttrainbench.CONTRACT, folder=root
+        )
     if not config_path.is_file():
         raise ExternalAgentError(
-            f"{root} is not an agent folder: it has no config.yaml (name, start, env_vars)"
+            f"{root} is not an agent folder: it has no config.yaml (name, start, env_vars; AutoRL-Bench's) "
+            "and no solve.sh (PostTrainBench's)"
         )
     try:
         data = yaml.safe_load(config_path.read_text()) or {}
@@ -127,16 +156,26 @@ class TokenRelay:
     """An HTTP relay on 127.0.0.1 that adds the grader's bearer token to the endpoints an agent may use."""
 
     def __init__(
-        self, upstream: str, token: str, timeout_s: float = 1800.0, adapter: AutoRLAdapter | None = None
+        self,
+        upstream: str,
+        token: str,
+        timeout_s: float = 1800.0,
+        adapter: AutoRLAdapter | None = None,
+        gateway: ModelGateway | None = None,
     ) -> None:
         self.upstream = upstream.rstrip("/")
+        self.gateway = gateway
         relay = self
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True  # headers and body go out as separate writes: no 40 ms ACK stalls
 
             def _forward(self, method: str) -> None:
                 path = self.path.split("?", 1)[0]
+                if gateway is not None and gateway.handles(path):
+                    gateway.serve(self, method)  # the agent's model calls: /v1/...
+                    return
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else b""
                 if (method, path) not in FORWARDED:
@@ -206,9 +245,11 @@ def agent_request(
     base_model: Path,
     grader_url: str,
     timeout_s: float,
+    gateway: ModelGateway | None = None,
 ) -> SandboxRequest:
     """The sandbox request that runs the whole agent: AutoRL-Bench's variables, its own folder the one writable
-    place (at /workspace), everything else it reads mounted read-only at fixed paths."""
+    place (at /workspace), everything else it reads mounted read-only at fixed paths; with a `gateway`, the model
+    variables (the placeholder key; the URLs as the launcher re-exports them from the address the sandbox set)."""
     models = INSIDE / "models" / model_name(config.base_model)
     prepare_agent_dir(paths, str(models.relative_to(INSIDE)))
     env = {
@@ -222,6 +263,21 @@ def agent_request(
         "OUTPUT_DIR": str(INSIDE / "output"),
         "GRADING_SERVER_URL": grader_url,
     }
+    if spec.contract == posttrainbench.CONTRACT:  # PostTrainBench's variables and timer.sh, beside the above
+        env["PROMPT"] = posttrainbench.prompt(
+            config.base_model, config.benchmark, str(models.relative_to(INSIDE)), timeout_s
+        )
+        env["AGENT_CONFIG"] = (
+            gateway.config.models[0] if gateway is not None and gateway.config.models else ""
+        )
+        env["NUM_GPUS"] = str(config.trial_gpus)
+        posttrainbench.write_timer(paths.agent_meta_dir, time.time() + timeout_s)
+        posttrainbench.link_timer(paths.agent_dir, META_INSIDE)
+    llm_urls: dict[str, str] = {}
+    if gateway is not None:
+        inside = llm_env(gateway.placeholder, INSIDE_URL, gateway.config.models)
+        llm_urls = {k: v for k, v in inside.items() if INSIDE_URL in v}
+        env.update(llm_env(gateway.placeholder, grader_url, gateway.config.models))  # the host-side address
     readonly = [
         Mount(source=paths.data_dir, target=INSIDE / "data"),
         *(
@@ -234,7 +290,7 @@ def agent_request(
         Mount(source=spec.folder, target=Path("/agent")),
     ]
     return SandboxRequest(
-        command=["bash", "-c", LAUNCHER, str(Path("/agent") / spec.start)],
+        command=["bash", "-c", launcher(llm_urls), str(Path("/agent") / spec.start)],
         workspace=paths.agent_dir,
         workspace_target=INSIDE,
         log_path=untrusted.host_dir(paths.trial_dir(AGENT_TRIAL), anchor=paths.run_dir) / "log.txt",
@@ -303,10 +359,13 @@ def run_external(
     reporter.info(
         f"[bold]rlloop[/bold] external agent {spec.name!r} on {config.benchmark} ({run_id}), {sandbox.name}"
     )
+    gateway = open_gateway(config, paths, reporter)  # before the grader starts: a missing key fails at once
     started = time.monotonic()
     grader = agent_grader(config, paths, base_model, isolation_of(sandbox))
     tracker = Tracker(config.tracking_uri, home / "mlartifacts")
     relay: TokenRelay | None = None
+    traces: CallTraces | None = None
+    final_model: str | None = None  # PostTrainBench agents: what became of final_model/
     result: SandboxResult | None = None
     failure: AgentFailure | None = None
     status, reason = "finished", "the agent exited"
@@ -321,18 +380,31 @@ def run_external(
         )
         tracker.set_tags(parent, {"rlloop.agent": spec.name, "rlloop.agent_dir": str(spec.folder)})
         tracker.log_metrics(parent, {"baseline_score": float(baseline)}, step=0)
+        if gateway is not None:
+            traces = CallTraces(tracker, benchmark=config.benchmark, run_id=run_id, parent=parent)
+            gateway.on_call = traces
         relay = TokenRelay(
             grader.url,
             grader.token,
             adapter=AutoRLAdapter(paths.agent_dir, config.benchmark, paths.run_meta_json, inside=INSIDE),
+            gateway=gateway,
         )
         timeout_s = max(30.0, config.timeout - FINISH_RESERVE_S - (time.monotonic() - started))
         init_run_meta(paths.run_meta_json, timeout_s)
         request = agent_request(
-            spec, paths=paths, config=config, base_model=base_model, grader_url=relay.url, timeout_s=timeout_s
+            spec,
+            paths=paths,
+            config=config,
+            base_model=base_model,
+            grader_url=relay.url,
+            timeout_s=timeout_s,
+            gateway=gateway,
         )
         with interrupts_in_main_thread(), reporter.watching(f"agent {spec.name}", request.log_path):
             result = sandbox.run(request)
+        if spec.contract == posttrainbench.CONTRACT and not result.interrupted:
+            final_model = posttrainbench.submit_final_model(relay.url, paths.agent_dir)
+            reporter.info(escape(final_model))
         failure = diagnose(result, request.log_path)
         if result.interrupted:
             status, reason = "interrupted", "the agent was interrupted"
@@ -346,6 +418,10 @@ def run_external(
     finally:
         if relay is not None:
             relay.close()
+        if gateway is not None:
+            gateway.close()
+        if traces is not None:
+            traces.close()
         with contextlib.suppress(OSError):
             update_run_meta(paths.run_meta_json, end_time=int(time.time()))
     try:
@@ -362,11 +438,54 @@ def run_external(
             started,
             isolation_of(sandbox),
             failure,
+            gateway,
+            final_model,
         )
     finally:
         grader.stop()
         reporter.close()
     return summary
+
+
+def open_gateway(config: RunConfig, paths: RunPaths, reporter: Reporter) -> ModelGateway | None:
+    """The run's model gateway (None without `agent_llm_base_url`), metered against the run's budget ledger (a
+    resumed run goes on from what it spent), every call in the transcript; `run_external` adds the MLflow traces
+    once the run's parent exists. Raises `GatewayError` when the key's variable is not set."""
+    settings = GatewayConfig.from_run(config)
+    if settings is None:
+        return None
+    prices = PriceTable.from_env()
+    if config.llm_price_file is not None:
+        prices = prices.merged(PriceTable.from_file(config.llm_price_file))
+    limits = BudgetLimits(max_usd=config.llm_max_usd, max_tokens=config.llm_max_tokens)
+    gateway = ModelGateway(
+        settings,
+        budget=Budget(limits, ledger=paths.budget_ledger),
+        transcript=paths.agent_llm_transcript,
+        prices=prices,
+    )
+    allowed = ", ".join(settings.models) or "any model"
+    reporter.info(
+        f"agent LLM: {escape(settings.base_url)} ({escape(allowed)}) through the metered gateway; transcript "
+        f"{paths.agent_llm_transcript}"
+    )
+    return gateway
+
+
+def gateway_summary(gateway: ModelGateway, paths: RunPaths) -> dict[str, Any]:
+    """summary.json's `agent_llm`: what the agent's model calls cost, why any were refused, where they are."""
+    spent = gateway.budget.spent()
+    return {
+        "calls": spent.llm_calls,
+        "prompt_tokens": spent.prompt_tokens,
+        "completion_tokens": spent.completion_tokens,
+        "tokens": spent.tokens,
+        "cost_usd": round(spent.usd, 6),
+        "refused_over_cap": gateway.refusals,
+        "stop_reason": gateway.stop_reason,
+        "models": list(gateway.config.models),
+        "transcript": str(paths.agent_llm_transcript),
+    }
 
 
 def agent_grader(config: RunConfig, paths: RunPaths, base_model: Path, isolation: str) -> GraderProcess:
@@ -390,8 +509,11 @@ def _finalize(
     started: float,
     isolation: str,
     failure: AgentFailure | None = None,
+    gateway: ModelGateway | None = None,
+    final_model: str | None = None,
 ) -> dict[str, Any]:
-    """Everything reported comes from the grader's finalize, as for built-in runs (`agent.run.finish`)."""
+    """Everything reported comes from the grader's finalize, as for built-in runs (`agent.run.finish`); the model
+    calls' totals from the gateway's budget ledger (`result_row` reads it)."""
     final = read_final(reporter, lambda: grader.finalize() if _alive(grader) else {})
     success = bool(result is not None and result.ok)
     row = result_row(
@@ -403,6 +525,7 @@ def _finalize(
         duration_s=round(time.monotonic() - started, 1),
         isolation=isolation,
         error=failure.error if failure is not None else reason,
+        llm_limit=(gateway.stop_reason or "") if gateway is not None else "",
     )
     scores = [float(s["score"]) for s in final.get("score_trajectory", []) if s.get("score") is not None]
     extra = {
@@ -411,6 +534,9 @@ def _finalize(
         "agent_error": None if failure is None else failure.error,
         "agent_log_tail": [] if failure is None else failure.tail,
         "proposer": "external",
+        "agent_llm": None if gateway is None else gateway_summary(gateway, paths),
+        "contract": spec.contract,
+        **({"final_model": final_model} if final_model is not None else {}),
     }
     summary, plot = write_ending(
         paths,
@@ -425,6 +551,17 @@ def _finalize(
         parent = tracker.start_parent(paths.run_id, config.benchmark, {})
         if failure is not None:
             tracker.set_tags(parent, {AGENT_ERROR_TAG: failure.reason[:5000]})
+        if gateway is not None:
+            tracker.log_metrics(
+                parent,
+                {
+                    "agent_llm_calls": row.llm_calls,
+                    "agent_llm_tokens": row.llm_tokens,
+                    "agent_llm_usd": row.llm_cost_usd,
+                },
+            )
+            if gateway.stop_reason:
+                tracker.set_tags(parent, {AGENT_LLM_LIMIT_TAG: gateway.stop_reason[:5000]})
         for step, score in enumerate(scores, start=1):
             tracker.log_metrics(parent, {"score": score, "best_score": max(scores[:step])}, step=step)
         close_tracking(tracker, parent, row, paths, plot, status=status, reason=reason)

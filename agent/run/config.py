@@ -153,6 +153,22 @@ class RunConfig(BaseSettings):
     llm_script_timeout: float = Field(
         60.0, gt=0, description="Wall-time limit of one script the driver LLM runs in the sandbox (2m)."
     )
+    agent_llm_base_url: str | None = Field(
+        None,
+        description="External agents: the OpenAI-compatible base URL (ending in /v1) their model calls go to, through "
+        "rlloop's metered gateway; unset, they get no model.",
+    )
+    agent_llm_key_env: str | None = Field(
+        None,
+        description="External agents: the host variable holding the upstream's API key; the gateway adds it, the "
+        "agent only ever gets a placeholder (unset: no key is sent).",
+    )
+    agent_llm_models: str | None = Field(
+        None, description="External agents: comma list of the models they may call (default: any)."
+    )
+    agent_llm_max_request_bytes: int = Field(
+        1_000_000, ge=1024, description="External agents: the largest model request the gateway forwards."
+    )
     memory: bool = Field(
         False,
         description="Keep lessons per benchmark and base model under RLLOOP_HOME/memory and give them to the next "
@@ -185,6 +201,25 @@ class RunConfig(BaseSettings):
                 f"unknown approval policy {value!r}; use never, always, code, budget or a comma list"
             )
         return ",".join(parts)
+
+    @field_validator("agent_llm_key_env")
+    @classmethod
+    def _key_env(cls, value: str | None) -> str | None:
+        """The variable's name, never the key: a value that is not a variable name is refused before it is logged."""
+        if value is None:
+            return None
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", value):
+            raise ValueError(
+                "give the name of the host variable that holds the key (e.g. OPENAI_API_KEY), not the key itself"
+            )
+        return value
+
+    @field_validator("agent_llm_models")
+    @classmethod
+    def _models(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        return ",".join(m.strip() for m in value.split(",") if m.strip()) or None
 
     @field_validator("benchmark")
     @classmethod

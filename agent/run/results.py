@@ -19,6 +19,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field, field_serializer
 
+from agent.llm.budget import BudgetSpent
 from grader.figures import RunFigures, run_figures
 from tasks.atomic import atomic_write
 
@@ -51,6 +52,12 @@ class ResultRow(BaseModel):
     isolation: str | None = (
         None  # "container", "namespaces", or "none": how the run's trials were kept from the grader
     )
+    llm_calls: int = (
+        0  # model calls the run paid for: the driver LLM's, or an external agent's through the gateway
+    )
+    llm_tokens: int = 0  # their tokens, in + out
+    llm_cost_usd: float = 0.0  # their cost (agent.llm.pricing)
+    llm_limit: str = ""  # the cap that refused an external agent's model calls, if one did
     error: str = ""  # why the run did not succeed, in one line (an external agent's error); empty on success
 
     @field_serializer("baseline", "best_score", "improvement")
@@ -80,9 +87,12 @@ def result_row(
     duration_s: float | None = None,
     isolation: str | None = None,
     error: str = "",
+    llm_limit: str = "",
 ) -> ResultRow:
     """A run's results row, however it ended. `figures` are `final_figures`' columns (none: the run ended before
-    it had any); `external` names an external agent (no driver model of ours); `error` is kept only on failure."""
+    it had any); `external` names an external agent (no driver model of ours); `error` is kept only on failure.
+    The LLM columns are the run's budget ledger: what its driver LLM, or its external agent's gateway, spent."""
+    spent = _llm_spent(paths.budget_ledger)
     return ResultRow(
         run_id=paths.run_id,
         task=config.benchmark,
@@ -95,7 +105,19 @@ def result_row(
         workspace=str(paths.workspace),
         isolation=isolation,
         error="" if success else error,
+        llm_calls=spent.llm_calls,
+        llm_tokens=spent.tokens,
+        llm_cost_usd=round(spent.usd, 6),
+        llm_limit=llm_limit,
     )
+
+
+def _llm_spent(ledger: Path) -> BudgetSpent:
+    """The ledger's totals; none spent when the run has no ledger (no LLM) or it cannot be read."""
+    try:
+        return BudgetSpent.model_validate_json(ledger.read_text())
+    except (OSError, ValueError):
+        return BudgetSpent()
 
 
 def final_figures(

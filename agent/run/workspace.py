@@ -129,6 +129,12 @@ class RunPaths:
         """AutoRL-Bench's time signals for an external agent (start_time, timeout_s, last_submit_time, end_time)."""
         return self.agent_meta_dir / "run_meta.json"
 
+    @property
+    def agent_llm_transcript(self) -> Path:
+        """Every model call an external agent made through the gateway, one JSON line each; the host's file,
+        outside the agent's folder."""
+        return self.run_dir / "agent-llm.jsonl"
+
     def trial_dir(self, trial_id: str) -> Path:
         """The host's record of one trial (never writable by a trial)."""
         return self.trials_dir / trial_id

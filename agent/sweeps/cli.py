@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Annotated
 
@@ -39,7 +40,10 @@ def bench(
     ] = None,
     agents: Annotated[
         list[Path] | None,
-        typer.Option(help="External agent folder (config.yaml + start script); repeatable."),
+        typer.Option(
+            help="External agent folder: AutoRL-Bench's (config.yaml + start script) or PostTrainBench's "
+            "(solve.sh); repeatable."
+        ),
     ] = None,
     seeds: Annotated[int, typer.Option(help="Seeds 0..N-1 per combination.")] = 1,
     timeout: Annotated[str, typer.Option(help="Budget of each run, e.g. 30m.")] = "30m",
@@ -61,6 +65,29 @@ def bench(
     sandbox: Annotated[
         str | None, typer.Option(help="Trial sandbox of every run: auto, local, docker, ray.")
     ] = None,
+    agent_llm_base_url: Annotated[
+        str | None,
+        typer.Option(
+            help="Give --agents a model: the OpenAI-compatible base URL (ending in /v1) their calls go to, through "
+            "the metered gateway."
+        ),
+    ] = None,
+    agent_llm_key_env: Annotated[
+        str | None,
+        typer.Option(help="Host variable holding that URL's API key (the agents get only a placeholder)."),
+    ] = None,
+    agent_llm_models: Annotated[
+        str | None, typer.Option(help="Comma list of the models the agents may call (default: any).")
+    ] = None,
+    agent_llm_max_request_bytes: Annotated[
+        int | None, typer.Option(help="Largest model request the gateway forwards (default 1000000).")
+    ] = None,
+    llm_max_tokens: Annotated[
+        int | None, typer.Option(help="Per run: LLM tokens (in + out) after which model calls are refused.")
+    ] = None,
+    llm_max_usd: Annotated[
+        float | None, typer.Option(help="Per run: LLM dollars after which model calls are refused.")
+    ] = None,
     home: Annotated[Path | None, typer.Option(help="RLLOOP_HOME (default ./.rlloop).")] = None,
 ) -> None:
     """Run every benchmark x base model x agent x seed combination as a research run; resumable by --sweep-id."""
@@ -81,7 +108,9 @@ def bench(
     folders = []
     for folder in agents or []:
         if not is_agent_folder(folder):
-            _fail(f"--agents {folder}: not an agent folder (needs config.yaml with name and start)")
+            _fail(
+                f"--agents {folder}: not an agent folder (needs config.yaml with name and start, or solve.sh)"
+            )
         try:
             folders.append(str(load_agent(folder).folder))
         except ExternalAgentError as exc:
@@ -98,6 +127,24 @@ def bench(
         overrides["eval_limit"] = eval_limit
     if sandbox is not None:
         overrides["sandbox"] = sandbox
+    llm_fields = {
+        "agent_llm_base_url": agent_llm_base_url,
+        "agent_llm_key_env": agent_llm_key_env,
+        "agent_llm_models": agent_llm_models,
+        "agent_llm_max_request_bytes": agent_llm_max_request_bytes,
+        "llm_max_tokens": llm_max_tokens,
+        "llm_max_usd": llm_max_usd,
+    }
+    overrides.update({k: v for k, v in llm_fields.items() if v is not None})
+    if agent_llm_key_env and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", agent_llm_key_env):
+        _fail(
+            "--agent-llm-key-env takes the name of the variable that holds the key (e.g. OPENAI_API_KEY), not a key"
+        )
+    if agent_llm_key_env and not os.environ.get(agent_llm_key_env):
+        _fail(
+            f"--agent-llm-key-env {agent_llm_key_env}: that variable is not set here; export it (the key stays on "
+            "this host, the agents get a placeholder)"
+        )
     try:
         spec = SweepSpec(
             **({"sweep_id": sweep_id} if sweep_id else {}),

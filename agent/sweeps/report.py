@@ -27,6 +27,9 @@ METRICS = (
     "time_to_best",
     "valid_submission_rate",
     "copy_model_count",
+    "llm_calls",
+    "llm_tokens",
+    "llm_cost_usd",
 )
 ALPHA = 0.05
 
@@ -90,6 +93,10 @@ def run_numbers(home: Path, manifest: Manifest) -> list[RunNumbers]:
             "time_to_best": _number(grader.get("time_to_best")),
             "valid_submission_rate": _number(grader.get("valid_submission_rate")),
             "copy_model_count": _number(grader.get("copy_model_count")),
+            # what the run's LLM calls cost (driver LLM, or an external agent's through the gateway)
+            "llm_calls": _number(summary.get("llm_calls")),
+            "llm_tokens": _number(summary.get("llm_tokens")),
+            "llm_cost_usd": _number(summary.get("llm_cost_usd")),
         }
         c = entry.combination
         rows.append(
@@ -204,8 +211,8 @@ def to_markdown(manifest: Manifest, groups: list[GroupRow], plot: Path | None) -
         "Agents marked [isolation=none] trained without a sandbox boundary and are kept apart.",
         "",
         "| benchmark | base model | agent | n | baseline | best | improvement | submissions | time to best (s) "
-        "| valid rate | copies | verdict |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| valid rate | copies | LLM calls | LLM tokens | LLM $ | verdict |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for g in groups:
         s = g.stats
@@ -213,7 +220,8 @@ def to_markdown(manifest: Manifest, groups: list[GroupRow], plot: Path | None) -
             f"| {g.benchmark} | {Path(g.base_model).name} | {g.agent} | {s['improvement'].n} | {_cell(s['baseline'])} "
             f"| {_cell(s['best'])} | {_cell(s['improvement'])} | {_cell(s['submissions'], 1)} "
             f"| {_cell(s['time_to_best'], 0)} | {_cell(s['valid_submission_rate'], 2)} "
-            f"| {_cell(s['copy_model_count'], 1)} | {g.verdict} |"
+            f"| {_cell(s['copy_model_count'], 1)} | {_cell(s['llm_calls'], 1)} | {_cell(s['llm_tokens'], 0)} "
+            f"| {_cell(s['llm_cost_usd'], 4)} | {g.verdict} |"
         )
     failed_agents = [e for e in manifest.entries.values() if e.agent_error]
     if failed_agents:

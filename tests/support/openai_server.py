@@ -1,6 +1,8 @@
 """A real OpenAI-compatible HTTP server for tests, replying from a script the test writes.
 
-It speaks the Chat Completions wire format (`POST /v1/chat/completions`, `GET /v1/models`) over a real socket on
+It speaks the Chat Completions wire format (`POST /v1/chat/completions`, streamed as server-sent events with
+`"stream": true` and the usage chunk of `stream_options.include_usage`; `GET /v1/models`), and Anthropic's
+`POST /v1/messages` (plain and streamed) from the same script, over a real socket on
 127.0.0.1, so the real `openai` SDK, its HTTP stack and the code under test all run unmodified. Each chat request
 pops the next `ScriptedReply`: a message (content, finish_reason, usage), tool calls (`tool_calls` in the message,
 finish_reason "tool_calls"), an HTTP error (status, Retry-After), after an optional delay. Endpoint-level checks
@@ -23,11 +25,12 @@ import math
 import socket
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import uvicorn
-from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi import FastAPI, Request, Response
+from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, Field
 
 RESPONSE_FORMATS = frozenset({"text", "json_object", "json_schema"})
@@ -170,6 +173,70 @@ def _tool_problem(body: dict[str, Any]) -> JSONResponse | None:
             400, f"tool_call_ids without response messages: {', '.join(open_ids)}", param="messages"
         )
     return None
+
+
+def _sse(payload: dict[str, Any], body: dict[str, Any]) -> Iterator[str]:
+    """A completion as OpenAI streams it: `chat.completion.chunk` events (the role, the content in pieces, the
+    finish reason), then with `stream_options.include_usage` one more with empty `choices` and the usage (every
+    earlier chunk has `"usage": null`), then `data: [DONE]`."""
+    options = body.get("stream_options") or {}
+    with_usage = bool(isinstance(options, dict) and options.get("include_usage"))
+    choice, message = payload["choices"][0], payload["choices"][0]["message"]
+    base = {k: payload[k] for k in ("id", "created", "model", "system_fingerprint")}
+    base["object"] = "chat.completion.chunk"
+
+    def event(choices: list[dict[str, Any]], **extra: Any) -> str:
+        chunk = {**base, "choices": choices, **({"usage": None} if with_usage else {}), **extra}
+        return f"data: {json.dumps(chunk)}\n\n"
+
+    yield event([{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}])
+    text = message.get("content") or ""
+    for start in range(0, len(text), 8):
+        yield event([{"index": 0, "delta": {"content": text[start : start + 8]}, "finish_reason": None}])
+    for position, tool_call in enumerate(message.get("tool_calls") or []):
+        yield event(
+            [{"index": 0, "delta": {"tool_calls": [{"index": position, **tool_call}]}, "finish_reason": None}]
+        )
+    yield event([{"index": 0, "delta": {}, "finish_reason": choice["finish_reason"]}])
+    if with_usage and "usage" in payload:
+        yield event([], usage=payload["usage"])
+    yield "data: [DONE]\n\n"
+
+
+def _anthropic_sse(message: dict[str, Any]) -> Iterator[str]:
+    """A message as Anthropic streams it: the input tokens in message_start, the output tokens in message_delta."""
+    usage = message["usage"]
+    start = {
+        **message,
+        "content": [],
+        "stop_reason": None,
+        "usage": {"input_tokens": usage["input_tokens"], "output_tokens": 1},
+    }
+    events: list[tuple[str, dict[str, Any]]] = [
+        ("message_start", {"type": "message_start", "message": start}),
+        (
+            "content_block_start",
+            {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+        ),
+    ]
+    text = message["content"][0]["text"]
+    for begin in range(0, len(text), 8):
+        delta = {"type": "text_delta", "text": text[begin : begin + 8]}
+        events.append(("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": delta}))
+    events += [
+        ("content_block_stop", {"type": "content_block_stop", "index": 0}),
+        (
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                "usage": {"output_tokens": usage["output_tokens"]},
+            },
+        ),
+        ("message_stop", {"type": "message_stop"}),
+    ]
+    for name, data in events:
+        yield f"event: {name}\ndata: {json.dumps(data)}\n\n"
 
 
 class ScriptedOpenAIServer:
@@ -364,7 +431,7 @@ class ScriptedOpenAIServer:
             return JSONResponse({"object": "list", "data": data})
 
         @app.post("/v1/chat/completions")
-        async def chat_completions(request: Request) -> JSONResponse:
+        async def chat_completions(request: Request) -> Response:
             try:
                 body = await request.json()
             except ValueError:
@@ -392,6 +459,52 @@ class ScriptedOpenAIServer:
                     code=scripted.error_code,
                     headers=scripted.headers,
                 )
-            return JSONResponse(self._completion(body, scripted), headers=scripted.headers)
+            payload = self._completion(body, scripted)
+            if body.get("stream"):
+                return StreamingResponse(
+                    _sse(payload, body), media_type="text/event-stream", headers=scripted.headers
+                )
+            return JSONResponse(payload, headers=scripted.headers)
+
+        @app.post("/v1/messages")
+        async def messages(request: Request) -> Response:
+            """Anthropic's Messages API (`x-api-key`, `content` blocks, `input_tokens`/`output_tokens`; streamed as
+            message_start ... message_stop events), answered from the same script."""
+            body = await request.json()
+            self._record(request, body)
+            if self.api_key is not None and request.headers.get("x-api-key") != self.api_key:
+                error = {"type": "authentication_error", "message": "invalid x-api-key"}
+                return JSONResponse({"type": "error", "error": error}, status_code=401)
+            if body.get("model") not in self.models or not body.get("max_tokens"):
+                error = {
+                    "type": "invalid_request_error",
+                    "message": "a known model and max_tokens are required",
+                }
+                return JSONResponse({"type": "error", "error": error}, status_code=400)
+            with self._lock:
+                scripted = self._script.popleft() if self._script else None
+            text = (scripted.content if scripted else None) or ""
+            prompt_text = "".join(str(m.get("content") or "") for m in body.get("messages") or [])
+            usage = {
+                "input_tokens": scripted.prompt_tokens
+                if scripted and scripted.prompt_tokens is not None
+                else _tokens(prompt_text),
+                "output_tokens": scripted.completion_tokens
+                if scripted and scripted.completion_tokens is not None
+                else _tokens(text),
+            }
+            message = {
+                "id": "msg_scripted",
+                "type": "message",
+                "role": "assistant",
+                "model": body["model"],
+                "content": [{"type": "text", "text": text}],
+                "stop_reason": "end_turn",
+                "stop_sequence": None,
+                "usage": usage,
+            }
+            if body.get("stream"):
+                return StreamingResponse(_anthropic_sse(message), media_type="text/event-stream")
+            return JSONResponse(message)
 
         return app

@@ -93,7 +93,7 @@ def test_one_builder_names_the_agent_and_keeps_isolation(tmp_path: Path) -> None
 
 
 def test_the_row_is_the_csv_columns_with_four_decimal_scores() -> None:
-    assert RESULTS_COLUMNS[0] == "run_id" and RESULTS_COLUMNS[-1] == "error" and len(RESULTS_COLUMNS) == 15
+    assert RESULTS_COLUMNS[0] == "run_id" and RESULTS_COLUMNS[-1] == "error" and len(RESULTS_COLUMNS) == 19
     row = ResultRow(
         run_id="r", task="arith", agent="a", base_model="m", baseline=0.2, success=True, workspace="/w"
     )
