@@ -41,6 +41,7 @@ import tempfile
 import time
 from collections import defaultdict
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -67,11 +68,13 @@ class Rung:
 RUNGS: dict[str, Rung] = {
     # two-digit sums and differences: the tiny model starts near 6%; how long to train, at which learning rate, and
     # whether to continue from the best checkpoint decide where a short budget ends
-    "arith": Rung("arith", "tiny-arith", "sft,grpo", trial_seconds=15, trials=6),
-    # countdown and frozenlake with the same model: RL rungs, kept to show where the floor is (property check)
-    "countdown": Rung("countdown", "tiny-arith", "sft,grpo", trial_seconds=20, trials=6),
-    "frozenlake": Rung("frozenlake", "tiny-arith", "sft,grpo", trial_seconds=20, trials=6),
+    "arith": Rung("arith", "tiny-arith", "sft,grpo", trial_seconds=12, trials=5),
+    # a multi-turn game: tiny-lake wins ~10% of held-out 4x4 boards; validation plays the valid boards (games won)
+    "frozenlake": Rung("frozenlake", "tiny-lake", "sft,grpo", trial_seconds=12, trials=5),
 }
+# Measured and left off the ladder (they fail its floor or its reachable gain with a 0.34M-parameter model):
+# countdown (prompts longer than tiny-arith's 128 positions; 0% after 200 steps at 192), sokoban (a tiny model
+# built for it wins 3% of boards at 800 steps, +5 points after 600 more at either of two rates).
 
 
 def _command(run_id: str, rung: Rung, policy: str, seed: int, test_seed: int) -> list[str]:
@@ -88,9 +91,15 @@ def _command(run_id: str, rung: Rung, policy: str, seed: int, test_seed: int) ->
     ]  # fmt: skip
 
 
-def run_once(home: Path, run_id: str, rung: Rung, policy: str, seed: int, test_seed: int) -> dict[str, Any]:
+def run_once(
+    home: Path, run_id: str, rung: Rung, policy: str, seed: int, test_seed: int, threads: str = "2"
+) -> dict[str, Any]:
     """One real run; its figures from the grader's summary and store."""
-    env = {**os.environ, "RLLOOP_HOME": str(home), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2")}
+    env = {
+        **os.environ,
+        "RLLOOP_HOME": str(home),
+        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", threads),
+    }
     started = time.monotonic()
     done = subprocess.run(
         _command(run_id, rung, policy, seed, test_seed), env=env, capture_output=True, text=True, cwd=REPO
@@ -117,15 +126,16 @@ def read_run(run_dir: Path) -> dict[str, Any]:
     trials = []
     for trial in state.get("trials", []):
         spent += float(trial.get("duration_s") or 0.0)
+        public, private = graded.get(trial["trial_id"], (None, None))
         trials.append(
             {
                 "recipe": (trial.get("proposal") or {}).get("recipe"),
                 "lr": ((trial.get("proposal") or {}).get("hyperparameters") or {}).get("learning_rate"),
                 "valid": trial.get("valid_score"),
+                "private": private,
                 "status": trial.get("status"),
             }
         )
-        public, private = graded.get(trial["trial_id"], (None, None))
         if public is not None and (best_public is None or public > best_public):
             best_public, current, to_best = public, private, spent
         curve.append((spent, float(current if current is not None else base_private or 0.0)))
@@ -213,17 +223,16 @@ def property_check(
             "n/a" if b is None else f"{b:.3f}",
         )
     )
-    firsts = [
-        float(r["trials"][0]["valid"])
-        for r in by_policy.get("seeds", [])
-        if r["trials"] and r["trials"][0]["valid"] is not None
-    ]
+    firsts = [_first_trial(r) for r in by_policy.get("seeds", []) if r["trials"]]
     one = statistics.fmean(firsts) if firsts else None
     checks.append(
         (
             f"one default trial ({rung.recipes.split(',')[0]}, {rung.trial_seconds:g} s) below {ONE_TRIAL_MAX:.0%}",
             None if one is None else one < ONE_TRIAL_MAX,
-            "n/a (needs the seeds policy)" if one is None else f"valid {one:.3f} (n={len(firsts)})",
+            "n/a (needs the seeds policy)"
+            if one is None
+            else f"private {one:.3f} (n={len(firsts)}, {_graded_firsts(by_policy)} graded, the rest kept back "
+            "below the base's CI and counted at the base's score)",
         )
     )
     top = max((_private(r) for r in runs), default=None)
@@ -261,6 +270,18 @@ def property_check(
         )
     )
     return checks
+
+
+def _first_trial(run: dict[str, Any]) -> float:
+    """The private score of the run's first trial: graded when it beat the base, else at most the base's (its
+    checkpoint was kept back), counted as the base's; a failed first trial counts as the base's too."""
+    first = run["trials"][0]
+    base = float(run["baseline_private"] or 0.0)
+    return float(first["private"]) if first["private"] is not None else base
+
+
+def _graded_firsts(by_policy: dict[str, list[dict[str, Any]]]) -> int:
+    return sum(1 for r in by_policy.get("seeds", []) if r["trials"] and r["trials"][0]["private"] is not None)
 
 
 def plot(rung: str, by_policy: dict[str, list[dict[str, Any]]], path: Path) -> None:
@@ -315,6 +336,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rungs", default=",".join(RUNGS))
     parser.add_argument("--policies", default=",".join(POLICIES))
     parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="runs at once (each gets cores / jobs threads; trials are time-boxed, "
+        "so every policy shares the machine alike: runs are started seed by seed, policies interleaved)",
+    )
     parser.add_argument("--test-seed", type=int, default=20261201, help="one hidden test set per rung")
     parser.add_argument("--home", type=Path, default=None, help="RLLOOP_HOME (default: a temp dir)")
     parser.add_argument("--out", type=Path, default=None, help="every run's figures as JSON")
@@ -341,18 +369,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     stamp = time.strftime("%H%M%S")
     results: dict[str, dict[str, list[dict[str, Any]]]] = {}
     report: list[str] = []
+    threads = str(max(1, (os.cpu_count() or 2) // args.jobs))
     for name, rung in rungs.items():
-        by_policy: dict[str, list[dict[str, Any]]] = {}
-        for policy in policies:
-            for seed in range(args.seeds):
-                run_id = f"ladder-{stamp}-{name}-{policy}-{seed}"
-                figures = {"seed": seed, **run_once(home, run_id, rung, policy, seed, args.test_seed)}
-                by_policy.setdefault(policy, []).append(figures)
+        by_policy: dict[str, list[dict[str, Any]]] = {policy: [] for policy in policies}
+        # seed-major, so the runs that share the machine at any moment are of different policies
+        plan = [(policy, seed) for seed in range(args.seeds) for policy in policies]
+        with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+            futures = {
+                pool.submit(
+                    run_once, home, f"ladder-{stamp}-{name}-{policy}-{seed}", rung, policy, seed, args.test_seed,
+                    threads,
+                ): (policy, seed)
+                for policy, seed in plan
+            }  # fmt: skip
+            for future in as_completed(futures):
+                policy, seed = futures[future]
+                figures = {"seed": seed, **future.result()}
+                by_policy[policy].append(figures)
                 print(
-                    f"  {run_id}: private {_private(figures):.3f} (base {figures['baseline_private']}), "
+                    f"  {name}-{policy}-{seed}: private {_private(figures):.3f} (base {figures['baseline_private']}), "
                     f"compute {figures['compute_s']} s, {figures['submissions']} submissions, {figures['wall_s']} s wall",
                     flush=True,
                 )
+        for runs in by_policy.values():
+            runs.sort(key=lambda r: r["seed"])
         results[name] = by_policy
         lines = [*table(name, by_policy), tree_against_best_baseline(by_policy)]
         checks = property_check(rung, by_policy)

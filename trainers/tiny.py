@@ -1,4 +1,5 @@
 """`tiny-arith`: the local base model rlloop's demo and tests start from, built from scratch in well under a minute.
+`tiny-lake` is the same recipe on frozenlake's expert turns, stopped where it wins about one game in ten.
 
 A character-level tokenizer and a ~0.34M-parameter Llama, trained briefly on arith's *train* split only (never valid or
 test) so that it has learned the format ("37+58=" -> a number, then EOS) but gets only a fraction of the answers
@@ -51,6 +52,7 @@ class TinyRecipe:
     """How tiny-arith is built; recorded in its rlloop_model.json."""
 
     name: str = "tiny-arith"
+    benchmark: str = "arith"  # the task whose train split it is pretrained on (never valid or test)
     architecture: str = "LlamaForCausalLM"
     hidden_size: int = 128
     intermediate_size: int = 256
@@ -71,6 +73,11 @@ class TinyRecipe:
 
 
 TINY_RECIPE = TinyRecipe()
+# frozenlake's game success on held-out boards climbs from ~2% to ~30% between 100 and 200 steps (the knee): 125
+# (15-18% at seed 0 here, 21-27% at seed 1) starts a research
+# ladder rung above the floor, with plenty of room above (benchmarks/research_ladder.py checks it on every run).
+TINY_LAKE_RECIPE = TinyRecipe(name="tiny-lake", benchmark="frozenlake", train_steps=125)
+TINY_RECIPES: dict[str, TinyRecipe] = {r.name: r for r in (TINY_RECIPE, TINY_LAKE_RECIPE)}
 
 
 def build_char_tokenizer() -> PreTrainedTokenizerFast:
@@ -110,8 +117,8 @@ def model_shape(recipe: Any, tokenizer: PreTrainedTokenizerFast) -> dict[str, An
     }
 
 
-def _model_config(tokenizer: PreTrainedTokenizerFast) -> LlamaConfig:
-    return LlamaConfig(**model_shape(TINY_RECIPE, tokenizer))
+def _model_config(tokenizer: PreTrainedTokenizerFast, recipe: TinyRecipe = TINY_RECIPE) -> LlamaConfig:
+    return LlamaConfig(**model_shape(recipe, tokenizer))
 
 
 def _training_batches(
@@ -156,19 +163,21 @@ def _training_batches(
 
 
 def train_tiny_model(
-    *, seed: int = 0, steps: int | None = None, progress: bool = True
+    *, seed: int = 0, steps: int | None = None, progress: bool = True, recipe: TinyRecipe = TINY_RECIPE
 ) -> tuple[LlamaForCausalLM, PreTrainedTokenizerFast, dict[str, float]]:
-    """Train tiny-arith in memory; returns (model, tokenizer, stats). `steps` overrides the recipe (calibration)."""
+    """Train a tiny recipe (tiny-arith by default) in memory; returns (model, tokenizer, stats). `steps` overrides
+    the recipe (calibration)."""
     from tasks import get_benchmark
 
-    r = TINY_RECIPE
+    r = recipe
     n_steps = steps if steps is not None else r.train_steps
     batch_size = r.batch_size
     torch.manual_seed(seed)
     random.seed(seed)
     tokenizer = build_char_tokenizer()
-    model = LlamaForCausalLM(_model_config(tokenizer))
-    pairs = [(s.prompt, s.answer) for s in get_benchmark("arith").load("train")]
+    tokenizer.model_max_length = r.max_position_embeddings
+    model = LlamaForCausalLM(_model_config(tokenizer, r))
+    pairs = [(s.prompt, s.answer) for s in get_benchmark(r.benchmark).load("train")]
     batches = _training_batches(tokenizer, pairs, steps=n_steps, batch_size=batch_size, seed=seed)
 
     stats = fit(
@@ -178,7 +187,7 @@ def train_tiny_model(
         learning_rate=r.learning_rate,
         weight_decay=r.weight_decay,
         warmup_steps=r.warmup_steps,
-        label="tiny-arith",
+        label=r.name,
         every=50,
         total=n_steps,
         progress=progress,
@@ -302,21 +311,29 @@ def build_and_save(
     return path
 
 
-def build_tiny_arith(
-    out_dir: Path, *, seed: int = 0, progress: bool = True, steps: int | None = None
+def build_tiny(
+    name: str, out_dir: Path, *, seed: int = 0, progress: bool = True, steps: int | None = None
 ) -> Path:
-    """Build tiny-arith into `out_dir` (replacing what is there) and return the path. `steps` overrides the recipe
-    (tests); the caller's torch thread count is restored afterwards."""
+    """Build the tiny recipe `name` (`TINY_RECIPES`) into `out_dir` (replacing what is there) and return the path.
+    `steps` overrides the recipe (tests); the caller's torch thread count is restored afterwards."""
+    recipe = TINY_RECIPES[name]
     return build_and_save(
         out_dir,
-        recipe=TINY_RECIPE,
+        recipe=recipe,
         seed=seed,
-        train=lambda: train_tiny_model(seed=seed, steps=steps, progress=progress),
+        train=lambda: train_tiny_model(seed=seed, steps=steps, progress=progress, recipe=recipe),
         about={
-            "data": "tasks arith 'train' split only: <bos>prompt answer<eos>, loss on answer and <eos>",
-            "test_free": "trained on arith's train split only (it excludes every test problem); "
-            "the step count was calibrated against the valid split",
-            "built_by": "trainers.tiny.build_tiny_arith",
+            "data": f"tasks {recipe.benchmark} 'train' split only: <bos>prompt answer<eos>, loss on answer and <eos>",
+            "test_free": f"trained on {recipe.benchmark}'s train split only (it excludes every test problem); "
+            "the step count was calibrated against held-out problems",
+            "built_by": f"trainers.tiny.build_tiny({name!r})",
         },
         progress=progress,
     )
+
+
+def build_tiny_arith(
+    out_dir: Path, *, seed: int = 0, progress: bool = True, steps: int | None = None
+) -> Path:
+    """Build tiny-arith into `out_dir` (replacing what is there) and return the path."""
+    return build_tiny("tiny-arith", out_dir, seed=seed, progress=progress, steps=steps)

@@ -9,8 +9,10 @@ per-sample results go to `trials/<trial_id>/validation.json` (the base model's t
 
     {"score", "n", "ci_low", "ci_high", "samples": [{"id", "prompt", "expected", "got", "correct"}]}
 
-Multi-turn games keep their valid split as single turns (an expert's moves): each is scored as one reply with the
-benchmark's rule (any optimal move counts), not played as a game.
+Multi-turn games are played, as the grader plays its test games: the valid split's boards (the first turn of each
+expert game in data/valid.jsonl) are started and played to the end, and the score is the share won. Scoring the
+expert's turns one reply at a time measures something else: a model can answer most turns optimally and still lose
+most games, and a search steered by that would keep its best checkpoints back.
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ from grader.config import EvalConfig
 from grader.stats import bootstrap_ci
 from tasks.answers import cut_at_stop
 from tasks.atomic import atomic_write_json
-from tasks.base import stop_strings
+from tasks.base import MultiTurnBenchmark, stop_strings
+from tasks.textgames import TextArenaGameBenchmark
 
 VALID_LIMIT = 500  # samples of the valid split scored per checkpoint by default (`RunConfig.valid_limit`)
 BASE_ID = "base"  # the folder under trials/ that holds the base model's validation.json
@@ -62,7 +65,9 @@ class Validation(BaseModel):
 def valid_samples(benchmark: Benchmark, limit: int | None = VALID_LIMIT) -> list[Sample]:
     """The first `limit` samples of the benchmark's public valid split: the rows of the workspace's
     data/valid.jsonl, with the fields a scorer may need besides id, prompt and answer (countdown's numbers)."""
-    samples = list(benchmark.load("valid"))
+    samples = list(
+        benchmark.valid_games() if isinstance(benchmark, TextArenaGameBenchmark) else benchmark.load("valid")
+    )
     if not samples:
         raise ValueError(f"the valid split of {benchmark.name} is empty; nothing to validate on")
     return samples[:limit]
@@ -121,7 +126,7 @@ def validate(
 
     from grader.config import pin_chat
     from grader.engines import choose_engine, close_engine
-    from grader.evaluation import build_prompts
+    from grader.evaluation import build_prompts, play_games
 
     started = time.perf_counter()
     model = _load(checkpoint, base_model)
@@ -133,22 +138,35 @@ def validate(
     with tempfile.TemporaryDirectory(prefix=f"valid-{spec.name}-") as scratch:
         engine = spec.from_model(model, tokenizer, Path(scratch), config)
         try:
-            prompts = build_prompts(benchmark, samples, config, tokenizer)
-            texts = engine.generate(prompts, max_new_tokens=max_new, stop=stop, config=config)
+            if isinstance(benchmark, MultiTurnBenchmark):
+                won, replies = play_games(engine, samples, benchmark, config, tokenizer)
+            else:
+                prompts = build_prompts(benchmark, samples, config, tokenizer)
+                texts = engine.generate(prompts, max_new_tokens=max_new, stop=stop, config=config)
         finally:
             close_engine(engine)
     rows = []
-    for sample, text in zip(samples, texts, strict=True):
-        got = cut_at_stop(text, stop)
-        rows.append(
-            ValidSample(
-                id=sample.id,
-                prompt=sample.prompt,
-                expected=sample.answer,
-                got=got,
-                correct=float(benchmark.score(got, sample)),
+    if isinstance(benchmark, MultiTurnBenchmark):
+        for sample, score, turns in zip(samples, won, replies, strict=True):
+            outcome = "won" if score else "not won"
+            got = f"{outcome} after {turns} replies"
+            rows.append(
+                ValidSample(
+                    id=sample.id, prompt=sample.prompt, expected=sample.answer, got=got, correct=score
+                )
             )
-        )
+    else:
+        for sample, text in zip(samples, texts, strict=True):
+            got = cut_at_stop(text, stop)
+            rows.append(
+                ValidSample(
+                    id=sample.id,
+                    prompt=sample.prompt,
+                    expected=sample.answer,
+                    got=got,
+                    correct=float(benchmark.score(got, sample)),
+                )
+            )
     scores = [r.correct for r in rows]
     low, high = bootstrap_ci(scores, resamples=config.bootstrap_resamples, seed=config.seed)
     result = Validation(

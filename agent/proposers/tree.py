@@ -13,7 +13,9 @@ is its free valid score with its 95% CI (agent.loop.validation; the public score
 3. Among open nodes the parent is the one with the highest upper confidence bound, its CI's upper end plus a
    visit bonus `c * sqrt(ln(1 + trials) / (1 + children))`: a runner-up whose CI is wide (few samples, or a noisy
    score) is branched from before the best node's narrow one, and a node with few children before one with many.
-4. From that parent the first untried move, in order: anneal (the parent's recipe at 0.7x its rate), a larger
+4. From that parent the first untried move, in order: continue (the parent's recipe at its own rate, only while
+   the parent beat its own parent beyond noise: a line that still climbs is not annealed), anneal (the parent's
+   recipe at 0.7x its rate), a larger
    and a smaller rate (ablate), then each RL recipe (improve); from the root, drafts: every recipe at its default
    rate (supervised first), then each at a larger and a smaller rate. A recipe tried once and left (no children) is reached again whenever its
    node's bound is the highest: that is how an idea abandoned early is revisited.
@@ -140,6 +142,8 @@ def moves(node: Node, recipes: list[str]) -> list[Move]:
     else:
         recipe = node.trial.proposal.recipe
         lr = _lr(node.trial, recipe)
+        if node.parent is not None and beats(node.trial, node.parent):  # still climbing: do not anneal yet
+            options.append(Move(recipe, lr, "improve", "keep training at the same rate: it still climbs"))
         options += [Move(recipe, lr * factor, op, why) for factor, op, why in LR_MOVES]
         options += [
             Move(r, DEFAULT_LR.get(r, 1e-4), "improve", f"a different learning signal ({r})")

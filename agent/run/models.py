@@ -20,6 +20,7 @@ from tasks import once
 
 BUILTIN_MODELS: dict[str, str] = {
     "tiny-arith": "A 0.34M-parameter Llama with a character tokenizer, trained briefly on arith (weak baseline).",
+    "tiny-lake": "tiny-arith's shape and tokenizer, trained briefly on frozenlake's expert turns (wins ~10% of games).",
     "tiny-chat": "A 1.5M-parameter Qwen2 with a byte-level BPE tokenizer and a ChatML chat template "
     "(<|im_start|>/<|im_end|>, eos = <|im_end|>, pad = <|endoftext|>), pretrained briefly on train splits.",
 }
@@ -61,9 +62,9 @@ def build_builtin(name: str, target: Path) -> Path:
         from trainers.tiny_chat import build_tiny_chat
 
         return build_tiny_chat(target)
-    from trainers.tiny import build_tiny_arith
+    from trainers.tiny import build_tiny
 
-    return build_tiny_arith(target)
+    return build_tiny(name, target)
 
 
 def materialize_snapshot(snapshot: Path, target: Path, source: dict[str, str]) -> Path:

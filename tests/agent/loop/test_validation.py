@@ -253,3 +253,21 @@ def test_a_search_that_is_done_ends_the_run_early_and_says_why(
     assert (
         "stopping early: score at its ceiling" in (tiny_model_home / "runs" / "done" / "run.log").read_text()
     )
+
+
+def test_games_are_validated_by_playing_the_valid_boards_as_the_grader_plays_test(tmp_path: Path) -> None:
+    """A multi-turn benchmark's free validation plays its valid games (the expert games' first boards) to the end,
+    with the grader's game loop: the same measure as the hidden test (games won), not single-turn accuracy."""
+    from trainers.tiny import build_tiny
+
+    lake = build_tiny("tiny-lake", tmp_path / "tiny-lake", progress=False)
+    bench = get_benchmark("frozenlake")
+    games = valid_samples(bench, limit=40)
+    assert len(games) == 40 and all("layout" in g.meta and g.answer.startswith("[") for g in games)
+    result = validate(
+        lake, base_model=lake, samples=games, benchmark=bench, config=EvalConfig(), out=tmp_path / "v.json"
+    )
+    assert {s.got.split(" after ")[0] for s in result.samples} <= {"won", "not won"}
+    assert 0.0 < result.score < 1.0, result.score  # tiny-lake wins some games and loses others
+    graded = evaluate(lake, games, bench, EvalConfig())
+    assert graded.correct_by_id() == result.by_id()

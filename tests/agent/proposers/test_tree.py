@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from agent.proposers.base import Proposal, ProposalContext, SearchDone, TrialRecord
-from agent.proposers.tree import TreeProposer, build_tree, ucb
+from agent.proposers.tree import TreeProposer, build_tree, moves, ucb
 
 
 def _ctx(trials: list[TrialRecord], base: tuple[float, float, float] = (0.05, 0.03, 0.08)) -> ProposalContext:
@@ -76,10 +76,20 @@ def test_ucb_branches_from_a_runner_up_whose_ci_is_wide() -> None:
     assert TreeProposer().propose(_ctx([best, narrow, child_of_best])).parent in ("t01", "t03")
 
 
-def test_improvement_continues_from_the_new_best_with_an_annealed_rate() -> None:
-    proposal = TreeProposer().propose(_ctx([_trial(1, (0.6, 0.55, 0.65))]))
+def test_a_line_that_still_climbs_continues_at_its_rate_then_anneals_when_it_stops() -> None:
+    climbing = _trial(1, (0.6, 0.55, 0.65))  # beat the base (0.05) beyond noise
+    proposal = TreeProposer().propose(_ctx([climbing]))
     assert (proposal.parent, proposal.operator) == ("t01", "improve")
+    assert proposal.hyperparameters["learning_rate"] == pytest.approx(1e-3)
+    assert "still climbs" in proposal.rationale
+    # the continuation did not beat t01 beyond noise: t01's next move is the annealed rate
+    flat = _trial(2, (0.57, 0.52, 0.62), parent="t01")
+    proposal = TreeProposer().propose(_ctx([climbing, flat]))
+    assert proposal.parent == "t01"
     assert proposal.hyperparameters["learning_rate"] == pytest.approx(7e-4)
+    # a node that did not beat its own parent is not continued: its first move is the anneal
+    nodes = {n.id: n for n in build_tree(_ctx([climbing, flat]))}
+    assert moves(nodes["t02"], ["sft", "grpo"])[0].lr == pytest.approx(7e-4)
 
 
 def test_stops_early_at_the_ceiling() -> None:
