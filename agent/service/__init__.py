@@ -29,24 +29,41 @@ def serve(
     mlflow_ui_url: str = "http://127.0.0.1:5000",
     stop_runs_on_shutdown: bool = False,
     users_file: Path | None = None,
+    no_auth: bool = False,
 ) -> None:
     """Run the service with uvicorn until Ctrl-C. Runs it started keep going unless stop_runs_on_shutdown.
 
-    Raises auth.InsecureBindError when `host` is not loopback and no admin user is configured."""
+    Without users (and without `no_auth`) the service signs in with an admin token it makes on the first start and
+    keeps in HOME/service_admin_token (0600); the sign-in link is printed on stdout. Raises auth.InsecureBindError when
+    `host` is not loopback and no admin can authenticate (always with `no_auth`), auth.UsersFileError (and its
+    TokenFileError) when the users or the token file cannot be used."""
     import uvicorn
 
     from agent.service.app import create_app as build
-    from agent.service.auth import check_bind, env_users, is_loopback, read_users_file, users_file_for
+    from agent.service.auth import check_bind, sign_in_url, users_file_for
 
     home = home or Path(os.environ.get("RLLOOP_HOME", ".rlloop"))
     users_path = users_file_for(home, users_file)
-    check_bind(host, [*read_users_file(users_path), *env_users()], users_path)
+    if no_auth:
+        check_bind(host, [], users_path)  # an open service never listens beyond loopback
     settings = ServiceSettings(
         home=home,
         max_concurrent_runs=max_concurrent_runs,
         mlflow_ui_url=mlflow_ui_url,
         stop_runs_on_shutdown=stop_runs_on_shutdown,
         users_file=users_file,
-        require_auth=not is_loopback(host),
+        no_auth=no_auth,
     )
-    uvicorn.run(build(settings), host=host, port=port, log_level="info")
+    app = build(settings)
+    check_bind(host, app.state.users.users(), users_path)
+    token: str | None = app.state.admin_token
+    if token is not None:
+        shown = "127.0.0.1" if host in ("0.0.0.0", "", "::") else host
+        shown = f"[{shown}]" if ":" in shown and not shown.startswith("[") else shown
+        print(f"rlloop service: sign in at {sign_in_url(f'http://{shown}:{port}', token)}", flush=True)
+        print(
+            f"rlloop service: the admin token is kept in {app.state.admin_token_file} (mode 0600; later starts "
+            "reuse it: remove the file to make a new one); API callers send `Authorization: Bearer <token>`",
+            flush=True,
+        )
+    uvicorn.run(app, host=host, port=port, log_level="info")

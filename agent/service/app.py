@@ -20,7 +20,19 @@ from pydantic import ValidationError
 
 from agent.loop.approvals import list_pending, write_decision
 from agent.run.workspace import new_run_id
-from agent.service.auth import ADD_HINT, UserDirectory, users_file_for
+from agent.service.auth import (
+    ADD_HINT,
+    ServiceUser,
+    UserDirectory,
+    UsersFileError,
+    admin_token_file_for,
+    admin_token_user,
+    ensure_admin_token,
+    env_users,
+    read_admin_token,
+    read_users_file,
+    users_file_for,
+)
 from agent.service.guard import Caller, authorize
 from agent.service.records import load_record
 from agent.service.schemas import (
@@ -46,23 +58,58 @@ ID_REGEX = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,119}$"
 RunId = Annotated[str, PathParam(pattern=ID_REGEX, description="The run's id (`GET /runs`).")]
 TrialId = Annotated[str, PathParam(pattern=ID_REGEX, description="The trial's id, e.g. t01.")]
 logger = logging.getLogger("rlloop.service")
+OPEN_WARNING = "this service is open: anyone who can reach it can start runs and approve"
+
+
+def admin_token(settings: ServiceSettings) -> tuple[str | None, bool]:
+    """(the admin token, whether this start made it). None with `no_auth` (refused when users exist: they would be
+    ignored), and None with users but no token file; without users, the token file is made on the first start."""
+    users_path = users_file_for(settings.home, settings.users_file)
+    configured = [*read_users_file(users_path), *env_users()]
+    token_path = admin_token_file_for(settings.home)
+    if settings.no_auth:
+        if configured:
+            raise UsersFileError(
+                f"--no-auth, but users are configured (in {users_path} or RLLOOP_SERVICE_TOKENS) and would be "
+                "ignored: drop --no-auth, or remove the users"
+            )
+        return None, False
+    if configured:
+        return read_admin_token(token_path), False  # accepted too when an earlier start made it
+    return ensure_admin_token(token_path)
 
 
 def create_app(settings: ServiceSettings) -> FastAPI:
     """Build the service for one RLLOOP_HOME. The worker supervisor starts and stops with the app."""
     settings = settings.model_copy(update={"home": settings.home.resolve()})
+    token, created = admin_token(settings)  # first: a users or token file that cannot be used stops the start
     pool = WorkerPool(settings)
     mlflow_links = MlflowLinks(settings.mlflow_ui_url, settings.home / "mlartifacts")
     runs_dir = settings.home / "runs"
-    directory = UserDirectory(users_file_for(settings.home, settings.users_file), settings.require_auth)
+    token_file = admin_token_file_for(settings.home) if token is not None else None
+    extra: list[ServiceUser] = [admin_token_user(token)] if token is not None else []
+    directory = UserDirectory(
+        users_file_for(settings.home, settings.users_file),
+        settings.require_auth or not settings.no_auth,
+        extra,
+    )
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        if not directory.required:
+        if settings.no_auth:
             logger.warning(
-                "the run service has no users: its API is unauthenticated and answers loopback only; "
-                "create one with `%s`",
+                "\n%s\nWARNING: %s (started with --no-auth; it answers loopback only). Without --no-auth every "
+                "request needs a token: the admin token the service makes, or a user's (`%s`)\n%s",
+                "!" * 78,
+                OPEN_WARNING.upper(),
                 ADD_HINT,
+                "!" * 78,
+            )
+        elif token_file is not None:
+            logger.warning(
+                "the admin token is %s %s (mode 0600); requests need it, or a user's token",
+                "made and kept in" if created else "read from",
+                token_file,
             )
         pool.start()
         try:
@@ -80,6 +127,8 @@ def create_app(settings: ServiceSettings) -> FastAPI:
     app.state.settings = settings
     app.state.pool = pool
     app.state.users = directory
+    app.state.admin_token = token
+    app.state.admin_token_file = token_file
 
     def pending_by_run() -> dict[str, list[str]]:
         grouped: dict[str, list[str]] = {}
@@ -104,8 +153,15 @@ def create_app(settings: ServiceSettings) -> FastAPI:
 
     @app.get("/health")
     def health() -> dict[str, Any]:
-        """Liveness, and how many workers run now."""
-        return {"status": "ok", "home": str(settings.home), "running": pool.active_count()}
+        """Liveness, how many workers run now, and how callers sign in: `auth` is "token" or "open" (--no-auth);
+        `admin_token_file` is where the admin token is kept (null when there is none)."""
+        return {
+            "status": "ok",
+            "home": str(settings.home),
+            "running": pool.active_count(),
+            "auth": "token" if directory.required else "open",
+            "admin_token_file": str(token_file) if token_file is not None else None,
+        }
 
     @app.get("/auth/me", response_model=Identity)
     def whoami(caller: Caller) -> Identity:

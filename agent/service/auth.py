@@ -4,6 +4,10 @@ Users live in a JSON file (default `RLLOOP_HOME/service_users.json`, mode 0600, 
 environment variable `RLLOOP_SERVICE_TOKENS` (the same JSON). Only hashes are stored: a token is shown once, when
 `rlloop serve users add` creates it. Tokens are 256 random bits, so a plain sha256 is enough (no KDF needed), and
 they are compared in constant time.
+
+Signed in by default: a service started without any user and without `--no-auth` makes one admin token (like Jupyter)
+and keeps it, in clear, in `RLLOOP_HOME/service_admin_token` (mode 0600, owned by the service's user, written
+atomically, never read through a symlink); later starts reuse it. An open service is the explicit `--no-auth`.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import json
 import os
 import re
 import secrets
+import stat
 import threading
 from datetime import UTC, datetime
 from pathlib import Path
@@ -34,10 +39,17 @@ TOKENS_ENV = "RLLOOP_SERVICE_TOKENS"
 TOKEN_PREFIX = "rll_"
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$")
 ADD_HINT = "rlloop serve users add NAME --role admin"
+ADMIN_TOKEN_FILE_NAME = "service_admin_token"
+ADMIN_TOKEN_USER = "admin"
+TOKEN_PATTERN = re.compile(r"^rll_[A-Za-z0-9_-]{20,200}$")
 
 
 class UsersFileError(ValueError):
     """The users file or RLLOOP_SERVICE_TOKENS cannot be read, or a users command got bad input."""
+
+
+class TokenFileError(UsersFileError):
+    """The admin token file is unsafe (a symlink, not ours, readable by others) or cannot be read or written."""
 
 
 class InsecureBindError(RuntimeError):
@@ -70,6 +82,77 @@ def new_token() -> str:
 
 def users_file_for(home: Path, users_file: Path | None = None) -> Path:
     return users_file if users_file is not None else home / USERS_FILE_NAME
+
+
+def admin_token_file_for(home: Path) -> Path:
+    return home / ADMIN_TOKEN_FILE_NAME
+
+
+def sign_in_url(base_url: str, token: str) -> str:
+    """The page's sign-in link. The token rides in the fragment: a browser never sends it to the server, so it stays
+    out of access logs and Referer headers; the page stores it and drops it from the address bar."""
+    return f"{base_url.rstrip('/')}/#token={token}"
+
+
+def read_admin_token(path: Path) -> str | None:
+    """The admin token in `path`; None when there is none. Refuses (TokenFileError) a symlink, anything but a regular
+    file of this user with no group or other permission bits, and content that is not one token."""
+    fix = f"fix it (`chmod 600 {path}`), or remove it and start the service again to make a new token"
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        if path.is_symlink():
+            raise TokenFileError(
+                f"the admin token file {path} is a symlink; it is never followed: remove it and start again"
+            ) from None
+        raise TokenFileError(f"cannot read the admin token file {path} ({exc.strerror}); {fix}") from None
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(handle.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise TokenFileError(
+                f"the admin token file {path} is not a regular file; remove it and start again"
+            )
+        if info.st_uid != os.getuid():
+            raise TokenFileError(
+                f"the admin token file {path} belongs to uid {info.st_uid}, not to this user ({os.getuid()}); "
+                "remove it and start again"
+            )
+        if info.st_mode & 0o077:
+            raise TokenFileError(
+                f"the admin token file {path} has mode {stat.S_IMODE(info.st_mode):04o}: others may read the "
+                f"admin token. It must be 0600; {fix}"
+            )
+        try:
+            text = handle.read(4096).decode("ascii").strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise TokenFileError(f"cannot read the admin token file {path} ({exc}); {fix}") from None
+    if not TOKEN_PATTERN.match(text):
+        raise TokenFileError(
+            f"the admin token file {path} does not hold one token (rll_ and letters); remove it and start the "
+            "service again to make a new token"
+        )
+    return text
+
+
+def ensure_admin_token(path: Path) -> tuple[str, bool]:
+    """(token, created): the admin token in `path`, made (0600, atomically) when there is none. Under a lock, so two
+    services starting on one home agree on one token."""
+    with once.exclusive(path.with_name(f".{path.name}.lock")):
+        found = read_admin_token(path)
+        if found is not None:
+            return found, False
+        token = new_token()
+        try:
+            atomic_write_text(path, token + "\n", mode=0o600)  # a symlink at `path` is replaced, not followed
+        except OSError as exc:
+            raise TokenFileError(f"cannot write the admin token file {path} ({exc.strerror})") from None
+        return token, True
+
+
+def admin_token_user(token: str) -> ServiceUser:
+    return ServiceUser(name=ADMIN_TOKEN_USER, role="admin", token_sha256=hash_token(token))
 
 
 def _parse(text: str, where: str) -> list[ServiceUser]:
@@ -154,23 +237,23 @@ def is_loopback(host: str) -> bool:
 
 
 def check_bind(host: str, users: list[ServiceUser], users_file: Path) -> None:
-    """Refuse to listen beyond loopback unless some admin can authenticate."""
+    """Refuse to listen beyond loopback unless some admin can authenticate (a user or the admin token)."""
     if is_loopback(host) or any(u.role == "admin" for u in users):
         return
     raise InsecureBindError(
         f"refusing to listen on {host}: the service would be reachable beyond this machine without "
-        f"authentication. Create an admin first (`{ADD_HINT}`; users go to {users_file}, or set "
-        f"{TOKENS_ENV}), then start it again; or listen on 127.0.0.1"
+        f"authentication. Start it without --no-auth (it then makes an admin token), or create an admin "
+        f"(`{ADD_HINT}`; users go to {users_file}, or set {TOKENS_ENV}); or listen on 127.0.0.1"
     )
 
 
 class UserDirectory:
     """The users the service accepts: the file (re-read when it changes, so `users add` needs no restart) plus
-    RLLOOP_SERVICE_TOKENS (read once). `required` is fixed at start: removing every user never opens the API."""
+    RLLOOP_SERVICE_TOKENS (read once) plus `extra` (the admin token file's user). `required` is fixed at start: removing every user never opens the API."""
 
-    def __init__(self, path: Path, required: bool = False) -> None:
+    def __init__(self, path: Path, required: bool = False, extra: list[ServiceUser] | None = None) -> None:
         self.path = path
-        self._env = env_users()
+        self._env = [*env_users(), *(extra or [])]
         self._lock = threading.Lock()
         self._stamp: tuple[int, int] | None = None
         self._file: list[ServiceUser] = read_users_file(path)

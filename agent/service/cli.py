@@ -12,6 +12,7 @@ from typing import Annotated
 import typer
 
 from agent.service.auth import (
+    ADMIN_TOKEN_FILE_NAME,
     ROLES,
     InsecureBindError,
     UsersFileError,
@@ -51,7 +52,7 @@ def _fail(message: str) -> typer.Exit:
 def serve_command(
     ctx: typer.Context,
     host: Annotated[
-        str, typer.Option(help="Interface to listen on; beyond loopback needs an admin user.")
+        str, typer.Option(help="Interface to listen on; beyond loopback needs a token (never --no-auth).")
     ] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to listen on.")] = 8765,
     home: HomeOption = None,
@@ -64,6 +65,15 @@ def serve_command(
         typer.Option(help="SIGTERM running workers when the service stops (default: they keep running)."),
     ] = False,
     users_file: UsersFileOption = None,
+    no_auth: Annotated[
+        bool,
+        typer.Option(
+            "--no-auth",
+            help="Open service, loopback only: no tokens, anyone on this machine may start runs and approve. By "
+            "default a service without users makes an admin token (HOME/service_admin_token, 0600) and prints "
+            "its sign-in link.",
+        ),
+    ] = False,
 ) -> None:
     """Serve the run API and the approvals page (http://HOST:PORT/, API docs at /docs)."""
     if ctx.invoked_subcommand is not None:
@@ -71,7 +81,16 @@ def serve_command(
     from agent.service import serve
 
     try:
-        serve(host, port, home, max_concurrent_runs, mlflow_ui_url, stop_runs_on_shutdown, users_file)
+        serve(
+            host,
+            port,
+            home,
+            max_concurrent_runs,
+            mlflow_ui_url,
+            stop_runs_on_shutdown,
+            users_file,
+            no_auth=no_auth,
+        )
     except (InsecureBindError, UsersFileError) as exc:
         raise _fail(str(exc)) from None
 
@@ -112,7 +131,11 @@ def users_list(home: HomeOption = None, users_file: UsersFileOption = None) -> N
     except UsersFileError as exc:
         raise _fail(str(exc)) from None
     if not found:
-        typer.echo(f"no users in {path}: the service runs unauthenticated, on loopback only", err=True)
+        typer.echo(
+            f"no users in {path}: the service signs in with the admin token it keeps in "
+            f"{_home(home) / ADMIN_TOKEN_FILE_NAME} (made on its first start), or runs open with --no-auth",
+            err=True,
+        )
         return
     for user, source in found:
         typer.echo(f"{user.name}\t{user.role}\t{user.created_at}\t{source}")

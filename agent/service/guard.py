@@ -2,8 +2,9 @@
 
 What a route needs follows from its method unless listed in ROUTE_ROLES: GET/HEAD need a viewer, anything else an
 admin. A new route is therefore admin-only until someone decides otherwise; only OPEN_PATHS need no token.
-Without any configured user (loopback only, see `auth.check_bind`) every request passes, but cross-origin writes and
-requests addressed to a non-loopback Host (DNS rebinding) are still refused.
+Only with `--no-auth` (loopback only, see `auth.check_bind`) does every request pass, and even then cross-origin writes
+and requests addressed to a non-loopback Host (DNS rebinding) are refused. By default the service has users, or the
+admin token it made (`auth.ensure_admin_token`), and a missing token gets 401 saying where that token is kept.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ bearer = HTTPBearer(
 
 
 class Principal(BaseModel):
-    """Who makes the request. `authenticated` is False when the service runs without users (open, loopback)."""
+    """Who makes the request. `authenticated` is False when the service runs open (--no-auth, loopback)."""
 
     name: str | None
     role: Role
@@ -62,6 +63,17 @@ def _refuse_cross_origin(request: Request) -> None:
         )
 
 
+def _sign_in_hint(request: Request) -> str:
+    """Where the admin token is, for the 401: whoever can read that file may sign in with it."""
+    token_file = getattr(request.app.state, "admin_token_file", None)
+    if token_file is None:
+        return ""
+    return (
+        f"; or sign in with the admin token kept in {token_file} (the service printed the sign-in link at start: "
+        "open this service's page at /#token=<the token>)"
+    )
+
+
 def authorize(
     request: Request,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
@@ -80,8 +92,9 @@ def authorize(
         if not is_loopback(host):
             raise HTTPException(
                 status.HTTP_403_FORBIDDEN,
-                f"this service has no users, so it only answers requests addressed to loopback (Host was "
-                f"{host!r}); create an admin with `rlloop serve users add NAME --role admin`",
+                f"this service runs open (--no-auth), so it only answers requests addressed to loopback (Host was "
+                f"{host!r}); start it without --no-auth, or create an admin with "
+                "`rlloop serve users add NAME --role admin`",
             )
         return Principal(name=None, role="admin", authenticated=False)
     user = directory.authenticate(credentials.credentials) if credentials else None
@@ -96,7 +109,7 @@ def authorize(
         raise HTTPException(
             status.HTTP_401_UNAUTHORIZED,
             f"{what}: send `Authorization: Bearer <token>` (create one with "
-            f"`rlloop serve users add NAME --role {needed}`)",
+            f"`rlloop serve users add NAME --role {needed}`){_sign_in_hint(request)}",
             headers={"WWW-Authenticate": REALM},
         )
     if user is None:

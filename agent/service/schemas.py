@@ -183,7 +183,7 @@ class DecisionRequest(BaseModel):
     by: str | None = Field(
         default=None,
         max_length=200,
-        description="Who decides, without users configured (default: the service's OS user). With users, the "
+        description="Who decides, on an open service (--no-auth; default: the service's OS user). Signed in, the "
         "token's user is recorded; a different name is refused.",
     )
     reason: str | None = Field(
@@ -215,9 +215,11 @@ class DecisionRequest(BaseModel):
 class Identity(BaseModel):
     """The caller, as the service sees its bearer token (`GET /auth/me`)."""
 
-    user: str | None = Field(description="The token's user; null when the service runs without users.")
+    user: str | None = Field(
+        description="The token's user (`admin` for the admin token); null with --no-auth."
+    )
     role: Literal["viewer", "approver", "admin"]
-    auth_required: bool = Field(description="False when no user is configured (open, loopback only).")
+    auth_required: bool = Field(description="False only for an open service (--no-auth, loopback only).")
 
 
 class DecisionRecorded(BaseModel):

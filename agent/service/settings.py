@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 
 class ServiceSettings(BaseModel):
@@ -34,9 +34,20 @@ class ServiceSettings(BaseModel):
     users_file: Path | None = Field(
         default=None,
         description="Users and their hashed tokens (default HOME/service_users.json); RLLOOP_SERVICE_TOKENS adds "
-        "more. With any user, every request but /health and the page needs a bearer token.",
+        "more. Every request but /health and the page needs a bearer token, unless no_auth.",
     )
     require_auth: bool = Field(
         default=False,
-        description="Demand tokens even when no user is configured yet (then nothing but /health answers).",
+        description="Demand tokens (the default already does, unless no_auth; the two cannot be combined).",
     )
+    no_auth: bool = Field(
+        default=False,
+        description="Open service: no tokens, anyone who can reach it (loopback only) may start runs and approve. "
+        "Off by default: without users the first start makes an admin token in HOME/service_admin_token (0600).",
+    )
+
+    @model_validator(mode="after")
+    def _auth_mode(self) -> ServiceSettings:
+        if self.no_auth and self.require_auth:
+            raise ValueError("no_auth and require_auth contradict each other: choose one")
+        return self

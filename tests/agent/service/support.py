@@ -34,12 +34,18 @@ def add_users(home: Path, roles: dict[str, str]) -> dict[str, str]:
 
 
 @contextmanager
-def running_service(home: Path, token: str | None = None, **settings: Any) -> Iterator[httpx.Client]:
+def running_service(
+    home: Path, token: str | None = None, anonymous: bool = False, **settings: Any
+) -> Iterator[httpx.Client]:
     """Start the service on a free port; on exit, stop it and SIGKILL any worker it left (no orphans).
 
-    `token` goes with every request of the client as `Authorization: Bearer <token>` (for services with users)."""
+    `token` goes with every request of the client as `Authorization: Bearer <token>` (for services with users).
+    Without one, a service that signs in with its admin token (no users, no `no_auth`) gets that token, as a person who
+    opened the printed sign-in link would; `anonymous` sends none."""
     config = ServiceSettings(home=home, poll_interval_s=0.2, **settings)
     app = create_app(config)
+    if token is None and not anonymous:
+        token = app.state.admin_token
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)

@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import httpx
 import pytest
 from fastapi.routing import APIRoute
 from starlette.routing import BaseRoute
@@ -23,12 +26,16 @@ from agent.loop.approvals import publish_pending, read_decision
 from agent.proposers.base import Proposal, TrialRecord
 from agent.service import ServiceSettings, create_app, serve
 from agent.service.auth import (
+    ADMIN_TOKEN_FILE_NAME,
     TOKENS_ENV,
     USERS_FILE_NAME,
     InsecureBindError,
     ServiceUser,
+    TokenFileError,
     UsersDocument,
+    UsersFileError,
     check_bind,
+    ensure_admin_token,
     hash_token,
     is_loopback,
 )
@@ -159,15 +166,18 @@ def test_users_from_the_environment_and_changes_without_restart(
 
 
 def test_require_auth_without_users_answers_only_health(home: Path) -> None:
-    with running_service(home, require_auth=True) as client:
+    with running_service(home, require_auth=True, anonymous=True) as client:
         assert client.get("/health").status_code == 200
         assert client.get("/runs").status_code == 401
         assert client.post("/runs/r1/cancel").status_code == 401
 
 
-def test_without_users_loopback_stays_open_but_refuses_cross_site_writes(home: Path) -> None:
-    with running_service(home) as client:
+def test_no_auth_stays_open_on_loopback_but_refuses_cross_site_writes(home: Path) -> None:
+    with running_service(home, no_auth=True) as client:
         assert client.get("/auth/me").json() == {"user": None, "role": "admin", "auth_required": False}
+        health = client.get("/health").json()
+        assert health["auth"] == "open" and health["admin_token_file"] is None  # the page shows its banner
+        assert client.get("/runs").status_code == 200  # anonymous, as asked
         assert client.post("/runs/nope/cancel").status_code == 404  # open: reaches the route
         evil = client.post("/runs/nope/cancel", headers={"Origin": "http://evil.example"})
         assert evil.status_code == 403 and "cross-origin" in evil.json()["detail"]
@@ -179,6 +189,79 @@ def test_without_users_loopback_stays_open_but_refuses_cross_site_writes(home: P
         assert ok.status_code == 200  # the free-text reviewer name is kept when there are no users
     decision = read_decision(home / "runs" / "r1", "t01")
     assert decision is not None and decision.by == "grace"
+    assert not (home / ADMIN_TOKEN_FILE_NAME).exists()  # an open service makes no token
+
+
+def test_a_fresh_service_signs_in_with_the_admin_token_it_made(home: Path) -> None:
+    token_file = home / ADMIN_TOKEN_FILE_NAME
+    with running_service(home, anonymous=True) as client:
+        refused = client.get("/runs")
+        assert refused.status_code == 401 and str(token_file) in refused.json()["detail"]
+        assert "/#token=" in refused.json()["detail"]  # says how to sign the page in
+        cancel = client.post("/runs/nope/cancel")
+        assert cancel.status_code == 401 and str(token_file) in cancel.json()["detail"]
+        assert client.post("/approvals/r1/t01", json={"action": "approve"}).status_code == 401
+        assert read_decision(home / "runs" / "r1", "t01") is None
+        health = client.get("/health").json()
+        assert health["auth"] == "token" and health["admin_token_file"] == str(token_file)
+
+        assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
+        token = token_file.read_text().strip()
+        assert re.fullmatch(r"rll_[A-Za-z0-9_-]{43}", token)
+        me = client.get("/auth/me", headers=_auth(token)).json()
+        assert me == {"user": "admin", "role": "admin", "auth_required": True}
+        assert client.post("/runs/nope/cancel", headers=_auth(token)).status_code == 404  # admin: reaches it
+        decided = client.post("/approvals/r1/t01", json={"action": "approve"}, headers=_auth(token))
+        assert decided.status_code == 200 and decided.json()["decision"]["by"] == "admin"
+    with running_service(home, anonymous=True) as client:  # a second start reuses the token
+        assert token_file.read_text().strip() == token
+        assert client.get("/runs").status_code == 401
+        assert client.get("/auth/me", headers=_auth(token)).json()["role"] == "admin"
+    # users added later keep working as before, and the admin token stays accepted while its file is there
+    tokens = add_users(home, {"val": "viewer"})
+    with running_service(home, anonymous=True) as client:
+        assert client.get("/auth/me", headers=_auth(tokens["val"])).json()["role"] == "viewer"
+        assert client.get("/auth/me", headers=_auth(token)).json()["role"] == "admin"
+        assert client.get("/runs").status_code == 401
+
+
+def test_an_unsafe_or_broken_token_file_is_a_clear_error(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    token_file = home / ADMIN_TOKEN_FILE_NAME
+    token, created = ensure_admin_token(token_file)
+    assert created and ensure_admin_token(token_file) == (token, False)
+
+    token_file.chmod(0o644)
+    with pytest.raises(TokenFileError, match=r"mode 0644: others may read the admin token. It must be 0600"):
+        create_app(ServiceSettings(home=home))
+    token_file.chmod(0o600)
+
+    token_file.unlink()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.write_text(token + "\n")
+    elsewhere.chmod(0o600)
+    token_file.symlink_to(elsewhere)
+    with pytest.raises(TokenFileError, match="is a symlink; it is never followed"):
+        create_app(ServiceSettings(home=home))
+    token_file.unlink()
+
+    token_file.write_text("not a token\n")
+    token_file.chmod(0o600)
+    with pytest.raises(TokenFileError, match="does not hold one token"):
+        create_app(ServiceSettings(home=home))
+
+    if os.getuid() != 0:  # root reads anything
+        token_file.write_text(token)
+        token_file.chmod(0o000)
+        with pytest.raises(TokenFileError, match="cannot read the admin token file"):
+            create_app(ServiceSettings(home=home))
+
+    add_users(home, {"root": "admin"})
+    with pytest.raises(UsersFileError, match="--no-auth, but users are configured"):
+        create_app(ServiceSettings(home=home, no_auth=True))
+    with pytest.raises(ValueError, match="no_auth and require_auth contradict"):
+        ServiceSettings(home=home, no_auth=True, require_auth=True)
 
 
 def test_cross_origin_writes_are_refused_even_with_a_token(home: Path) -> None:
@@ -211,8 +294,11 @@ def test_is_loopback(host: str, loopback: bool) -> None:
 def test_serve_refuses_to_bind_beyond_loopback_without_an_admin(tmp_path: Path) -> None:
     home = tmp_path / "home"
     with pytest.raises(InsecureBindError, match=r"rlloop serve users add NAME --role admin"):
-        serve(host="0.0.0.0", port=free_port(), home=home)
-    add_users(home, {"ada": "approver"})  # an approver is not enough: nobody could manage runs
+        serve(host="0.0.0.0", port=free_port(), home=home, no_auth=True)  # an open service: loopback only
+    assert not (home / ADMIN_TOKEN_FILE_NAME).exists()
+    add_users(
+        home, {"ada": "approver"}
+    )  # an approver (and no admin token) is not enough: nobody could manage runs
     with pytest.raises(InsecureBindError, match="refusing to listen on 0.0.0.0"):
         serve(host="0.0.0.0", port=free_port(), home=home)
     admin = ServiceUser(name="root", role="admin", token_sha256=hash_token("x"))
@@ -220,14 +306,88 @@ def test_serve_refuses_to_bind_beyond_loopback_without_an_admin(tmp_path: Path) 
     check_bind("127.0.0.1", [], home / USERS_FILE_NAME)  # loopback: allowed without users
 
     cli = subprocess.run(
-        [sys.executable, "-m", "agent.cli", "serve", "--host", "0.0.0.0", "--port", str(free_port())],
+        [
+            sys.executable,
+            "-m",
+            "agent.cli",
+            "serve",
+            "--no-auth",
+            "--host",
+            "0.0.0.0",
+            "--port",
+            str(free_port()),
+        ],
         env={"RLLOOP_HOME": str(tmp_path / "other"), "PATH": "/usr/bin:/bin"},
         capture_output=True,
         text=True,
         timeout=120,
     )
     assert cli.returncode == 2, cli.stderr
-    assert "refusing to listen on 0.0.0.0" in cli.stderr and "rlloop serve users add" in cli.stderr
+    assert "refusing to listen on 0.0.0.0" in cli.stderr and "without --no-auth" in cli.stderr
+
+
+def _serve(home: Path, port: int, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "agent.cli", "serve", "--home", str(home), "--port", str(port), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def _read_until(proc: subprocess.Popen[str], needle: str, timeout: float = 120) -> str:
+    """What `proc` printed up to and including the first line with `needle`."""
+    assert proc.stdout is not None
+    seen = ""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        seen += line
+        if needle in line:
+            return seen
+    raise AssertionError(f"{needle!r} never printed; got:\n{seen}")
+
+
+def _stop(proc: subprocess.Popen[str]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def test_serve_prints_the_sign_in_link_or_says_loudly_that_it_is_open(tmp_path: Path) -> None:
+    home, port = tmp_path / "home", free_port()
+    proc = _serve(home, port)
+    try:
+        printed = _read_until(proc, "Uvicorn running on")
+        link = re.search(r"rlloop service: sign in at (http://127\.0\.0\.1:\d+/#token=(\S+))", printed)
+        assert link is not None, printed
+        token_file = home / ADMIN_TOKEN_FILE_NAME
+        assert link.group(2) == token_file.read_text().strip()
+        assert f"the admin token is kept in {token_file.resolve()}" in printed
+        assert printed.count(link.group(2)) == 1  # printed once
+        base = f"http://127.0.0.1:{port}"
+        refused = httpx.get(f"{base}/runs")
+        assert refused.status_code == 401 and str(token_file.resolve()) in refused.json()["detail"]
+        assert httpx.get(f"{base}/auth/me", headers=_auth(link.group(2))).json()["role"] == "admin"
+    finally:
+        _stop(proc)
+
+    open_home, port = tmp_path / "open", free_port()
+    proc = _serve(open_home, port, "--no-auth")
+    try:
+        printed = _read_until(proc, "Uvicorn running on")
+        assert "THIS SERVICE IS OPEN: ANYONE WHO CAN REACH IT CAN START RUNS AND APPROVE" in printed, printed
+        assert "sign in at" not in printed and not (open_home / ADMIN_TOKEN_FILE_NAME).exists()
+        base = f"http://127.0.0.1:{port}"
+        assert httpx.get(f"{base}/health").json()["auth"] == "open"
+        assert httpx.get(f"{base}/runs").status_code == 200
+    finally:
+        _stop(proc)
 
 
 def _users(home: Path, *args: str) -> subprocess.CompletedProcess[str]:

@@ -60,8 +60,8 @@ def test_run_cancel_resume_and_terminate_through_the_api(tiny_model_home: Path) 
             assert client.post("/runs/svc-1/resume").status_code == 409  # already running
             wait_for(client, "svc-1", _waiting, timeout=600)
 
-            decided = client.post(
-                "/approvals/svc-1/t01", json={"action": "terminate", "by": "ci", "reason": "done"}
+            decided = client.post(  # signed in with the service's admin token: its user is recorded
+                "/approvals/svc-1/t01", json={"action": "terminate", "reason": "done"}
             )
             assert decided.status_code == 200, decided.text
             body = wait_for(client, "svc-1", lambda b: b["worker"]["state"] == "exited", timeout=300)
@@ -69,8 +69,8 @@ def test_run_cancel_resume_and_terminate_through_the_api(tiny_model_home: Path) 
             # the terminated proposal is recorded as a rejected trial, with who ended the run and why
             assert body["stop_reason"] == "terminated by a reviewer"
             (trial,) = body["trial_list"]
-            assert trial["status"] == "rejected" and "terminated by ci" in trial["error"]
-            assert trial["approval"]["by"] == "ci" and trial["approval"]["action"] == "terminate"
+            assert trial["status"] == "rejected" and "terminated by admin" in trial["error"]
+            assert trial["approval"]["by"] == "admin" and trial["approval"]["action"] == "terminate"
             assert body["worker"]["exit_code"] == 0
             assert client.post("/runs/svc-1/resume").status_code == 409  # nothing left to resume
     finally:

@@ -23,6 +23,7 @@ from websockets.sync.client import ClientConnection, connect
 
 from agent.loop.approvals import Decision, publish_pending, read_decision
 from agent.proposers.base import Proposal, TrialRecord
+from agent.service.auth import ADMIN_TOKEN_FILE_NAME, sign_in_url
 from tests.agent.service.support import add_users, running_service
 
 CHROMIUM = next(
@@ -155,11 +156,15 @@ def test_approve_edit_and_reject_from_the_page(tmp_path: Path, browser: DevTools
     run_dir = home / "runs" / "web-run"
     for index, trial_id in enumerate(("t01", "t02", "t03"), start=1):
         _publish(run_dir, trial_id, index)
-    with running_service(home) as client:
+    with running_service(home, no_auth=True) as client:  # open: the reviewer types a name
         browser.call("Page.navigate", url=str(client.base_url))
         browser.wait(
             "document.body.dataset.loaded === 'true' && document.querySelectorAll('.approval').length === 3"
         )
+        banner = browser.wait(
+            "!document.querySelector('#open-banner').hidden && document.querySelector('#open-banner').innerText"
+        )
+        assert "anyone who can reach it can start runs and approve" in banner
         card = '.approval[data-run="web-run"][data-trial="{}"]'
         browser.type("#reviewer", "grace")
 
@@ -185,6 +190,34 @@ def test_approve_edit_and_reject_from_the_page(tmp_path: Path, browser: DevTools
 
         rows = browser.eval("document.querySelectorAll('#approvals .approval').length")
         assert rows == 3  # still pending: only the waiting run consumes a decision
+
+
+def test_the_printed_sign_in_link_signs_the_browser_in(tmp_path: Path, browser: DevTools) -> None:
+    home = tmp_path / "home"
+    run_dir = home / "runs" / "web-run"
+    _publish(run_dir, "t01", 1)
+    with running_service(home, anonymous=True) as client:  # a fresh service: it made its admin token
+        token_file = home / ADMIN_TOKEN_FILE_NAME
+        browser.call("Page.navigate", url=str(client.base_url))
+        browser.wait("!document.querySelector('#signin').hidden")
+        browser.wait(f"document.querySelector('#token-file').textContent === {json.dumps(str(token_file))}")
+        assert browser.eval("document.querySelectorAll('.approval').length") == 0  # refused without a token
+        assert browser.eval("document.querySelector('#open-banner').hidden") is True
+
+        link = sign_in_url(str(client.base_url), token_file.read_text().strip())
+        browser.call("Page.navigate", url=link)  # as a person opens the link the service printed
+        browser.wait("document.querySelector('#user').textContent === 'admin'")
+        browser.wait(
+            "document.body.dataset.loaded === 'true' && document.querySelectorAll('.approval').length === 1"
+        )
+        assert "token" not in browser.eval("location.href")  # dropped from the address bar (and history)
+        assert browser.eval("sessionStorage.getItem('rlloop.token')") == token_file.read_text().strip()
+        assert browser.eval("document.querySelector('#signin').hidden") is True
+        browser.call("Page.reload")  # kept in the tab
+        browser.wait("document.querySelector('#user').textContent === 'admin'")
+        browser.click('.approval[data-run="web-run"][data-trial="t01"] .approve')
+        approved = _decision(run_dir, "t01")
+        assert approved.action == "approve" and approved.by == "admin"
 
 
 def test_sign_in_with_a_token_and_decide_as_its_user(tmp_path: Path, browser: DevTools) -> None:

@@ -146,10 +146,10 @@ def test_approvals_api_writes_the_decision_files(home: Path) -> None:
         assert pending[0]["hyperparameters"] == {"learning_rate": 1e-3}
         assert pending[0]["decide"] == "/approvals/review-1/t01"
 
-        ok = client.post("/approvals/review-1/t01", json={"action": "approve", "by": "ada"})
+        ok = client.post("/approvals/review-1/t01", json={"action": "approve"})
         assert ok.status_code == 200, ok.text
-        decision = read_decision(run_dir, "t01")
-        assert decision is not None and decision.action == "approve" and decision.by == "ada"
+        decision = read_decision(run_dir, "t01")  # signed in with the admin token: its user is recorded
+        assert decision is not None and decision.action == "approve" and decision.by == "admin"
 
         edit = {"action": "edit", "set": {"learning_rate": 5e-4, "max_steps": 20}, "train_py": "print(1)"}
         assert client.post("/approvals/review-1/t02", json=edit).status_code == 200
@@ -171,7 +171,7 @@ def test_approvals_api_writes_the_decision_files(home: Path) -> None:
 
         assert client.post("/approvals/review-1/t04", json={"action": "edit"}).status_code == 422
         assert (
-            client.post("/approvals/review-1/t04", json={"action": "terminate", "by": "bo"}).status_code
+            client.post("/approvals/review-1/t04", json={"action": "terminate", "by": "admin"}).status_code
             == 200
         )
         terminated = read_decision(run_dir, "t04")
@@ -188,6 +188,7 @@ def test_page_is_served(home: Path) -> None:
         page = client.get("/")
         assert page.status_code == 200 and "text/html" in page.headers["content-type"]
         assert 'id="approvals"' in page.text and "/approvals" in page.text
+        assert 'id="open-banner"' in page.text  # shown when /health says the service is open
 
 
 def _dead_pid() -> int:
