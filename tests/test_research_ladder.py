@@ -48,7 +48,10 @@ def test_the_property_check_reads_the_runs() -> None:
             "seed": seed,
             "private": private,
             "baseline_private": 0.1,
-            "trials": [{"recipe": r, "lr": lr, "valid": v, "status": "succeeded"} for r, lr, v in trials],
+            "trials": [
+                {"recipe": r, "lr": lr, "valid": v, "private": v, "status": "succeeded"}
+                for r, lr, v in trials
+            ],
         }
 
     rung = research_ladder.RUNGS["arith"]
@@ -67,8 +70,8 @@ def test_the_property_check_reads_the_runs() -> None:
         for what, held, _ in research_ladder.property_check(rung, by_policy)
     }
     assert checks == {"basemodel": True, "onedefault": True, "somereachable": True, "tworegions": True}
-    for first in by_policy["seeds"]:  # one default trial saturates
-        first["trials"][0]["valid"] = 0.9  # type: ignore[index]
+    for first in by_policy["seeds"]:  # one default trial saturates (on the private half)
+        first["trials"][0]["private"] = 0.9  # type: ignore[index]
     held = [h for _, h, _ in research_ladder.property_check(rung, by_policy)]
     assert held[1] is False and held[2] is False
     assert [h for _, h, _ in research_ladder.property_check(rung, {"tree": by_policy["tree"]})][1] is None
