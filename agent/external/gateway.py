@@ -116,6 +116,7 @@ class GatewayCall(BaseModel):
     cost_usd: float = 0.0
     latency_ms: float
     refused: str | None = None  # why the gateway answered itself, without calling the upstream
+    estimated: bool = False  # the upstream reported no usage: tokens estimated from bytes, counted high
     request: str = ""  # the messages (or input, prompt), clipped
     response: str = ""  # the answer's text (or body), clipped
 
@@ -196,6 +197,11 @@ def _delta_text(data: Any) -> str:
     return ""
 
 
+def _estimate_tokens(size: int) -> int:
+    """Tokens in `size` bytes of JSON or text, counted high (about 4 bytes a token for English; less for JSON)."""
+    return (size + 3) // 4
+
+
 class _Meter:
     """Reads an SSE stream as it passes: the usage (the last event that has one wins; Anthropic splits it between
     message_start and message_delta) and the first bytes of the text."""
@@ -204,10 +210,12 @@ class _Meter:
         self.clip = clip
         self.prompt = self.completion = 0
         self.text: list[str] = []
+        self.received = 0  # bytes of the whole answer, for an estimate when the upstream reports no usage
         self._size = 0
         self._pending = b""
 
     def feed(self, chunk: bytes) -> None:
+        self.received += len(chunk)
         self._pending += chunk
         *lines, self._pending = self._pending.split(b"\n")
         for line in lines:
@@ -437,6 +445,7 @@ class ModelGateway:
                     except ValueError:
                         answer = None
                     tokens = _usage(answer) or (0, 0)
+                    meter.received = len(content)
                     call.response = _clip(content.decode("utf-8", "replace"), self.config.clip_bytes)
         except (httpx.HTTPError, OSError) as exc:  # the upstream failed, or the agent hung up mid-answer
             tokens = (meter.prompt, meter.completion)
@@ -444,6 +453,10 @@ class ModelGateway:
                 call.status, call.refused = 502, f"model upstream unreachable: {exc.__class__.__name__}"
                 with contextlib.suppress(OSError):
                     self._answer(handler, 502, _error(f"{call.refused}; try again later", "upstream_error"))
+        if tokens == (0, 0) and call.status == 200:
+            # An upstream that reports no usage must not make the caps unreachable: count what crossed, high.
+            tokens = (_estimate_tokens(len(body)), _estimate_tokens(meter.received))
+            call.estimated = True
         call.prompt_tokens, call.completion_tokens = tokens
         call.cost_usd = self.prices.cost(call.model or "", *tokens)
         if call.refused is None:  # the upstream answered: a call of the run's, whatever its status
@@ -467,9 +480,20 @@ class ModelGateway:
         handler.wfile.flush()
 
     def _chunks(self, response: httpx.Response) -> Iterator[bytes]:
+        """The answer's chunks, scrubbed; the last len(key) - 1 bytes of each wait for the next chunk, so a key split
+        across two chunks is still found."""
+        keep = max(len(self._key.encode()) - 1, 0)
+        held = b""
         for chunk in response.iter_bytes():
-            if chunk:
-                yield self._scrub(chunk)
+            if not chunk:
+                continue
+            text = self._scrub(held + chunk)
+            cut = len(text) - keep if keep and not text.endswith(b"\n\n") else len(text)
+            text, held = text[:cut], text[cut:]
+            if text:
+                yield text
+        if held:
+            yield self._scrub(held)
 
     def _forward_models(
         self, handler: BaseHTTPRequestHandler, call: GatewayCall, query: str, started: float

@@ -9,9 +9,12 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import httpx
 import openai
@@ -350,6 +353,113 @@ def test_every_call_is_an_mlflow_trace_linked_to_the_run(rig: Rig, tmp_path: Pat
     assert spans[0].attributes["prompt_tokens"] == 3 and spans[0].attributes["status"] == 200
     assert "first" in json.dumps(spans[0].inputs) and spans[2].attributes["status"] == 404
     assert all(t.info.tags.get("rlloop.run_id") == "gw-run" for t in found)
+
+
+class RawStreamUpstream:
+    """An upstream that streams a chat completion the way some providers and proxies do: no usage event, and its
+    bytes cut wherever the network cuts them (here: in the middle of a key it echoes). Real HTTP, real SSE."""
+
+    def __init__(self, pieces: list[bytes]) -> None:
+        self.pieces = pieces
+        served = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+                self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                for piece in served.pieces:
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+                    self.wfile.flush()
+                    time.sleep(0.05)  # separate reads on the gateway's side
+                self.wfile.write(b"0\r\n\r\n")
+                self.wfile.flush()
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+        self.base_url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _event(content: str) -> bytes:
+    chunk = {"id": "c1", "object": "chat.completion.chunk", "created": 0, "model": "test-model"}
+    chunk["choices"] = [{"index": 0, "delta": {"content": content}, "finish_reason": None}]
+    return f"data: {json.dumps(chunk)}\n\n".encode()
+
+
+def _raw_rig(
+    tmp_path: Path, pieces: list[bytes], **settings: object
+) -> tuple[RawStreamUpstream, ModelGateway]:
+    upstream = RawStreamUpstream(pieces)
+    config = GatewayConfig(base_url=upstream.base_url, key_env=KEY_ENV, **settings)  # type: ignore[arg-type]
+    limits = BudgetLimits(max_tokens=config.max_tokens, max_usd=config.max_usd)
+    gateway = ModelGateway(
+        config,
+        budget=Budget(limits),
+        transcript=tmp_path / "agent-llm.jsonl",
+        prices=PRICES,
+        environ={KEY_ENV: REAL_KEY},
+    )
+    return upstream, gateway
+
+
+def test_a_stream_without_usage_is_still_counted_and_capped(tmp_path: Path) -> None:
+    """Without an estimate, an upstream that sends no usage would make every cap unreachable."""
+    pieces = [_event("x" * 400), _event("y" * 400), b"data: [DONE]\n\n"]
+    upstream, gateway = _raw_rig(tmp_path, pieces, max_tokens=300)
+    relay = TokenRelay("http://127.0.0.1:9", "grader-token", gateway=gateway)
+    try:
+        client = openai.OpenAI(base_url=f"{relay.url}/v1", api_key=gateway.placeholder, max_retries=0)
+        messages: list[Any] = [{"role": "user", "content": "go"}]
+        stream = client.chat.completions.create(model="test-model", messages=messages, stream=True)
+        assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices) == "x" * 400 + "y" * 400
+        deadline = time.monotonic() + 10
+        while not (tmp_path / "agent-llm.jsonl").exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        (line,) = [json.loads(x) for x in (tmp_path / "agent-llm.jsonl").read_text().splitlines()]
+        assert (
+            line["estimated"] is True and line["completion_tokens"] >= 200
+        )  # 800 characters of text, counted high
+        assert gateway.budget.spent().tokens == line["prompt_tokens"] + line["completion_tokens"] > 300
+        with pytest.raises(openai.RateLimitError, match="token cap of 300"):
+            client.chat.completions.create(model="test-model", messages=messages, stream=True)
+    finally:
+        relay.close()
+        gateway.close()
+        upstream.close()
+
+
+def test_a_key_cut_across_two_network_reads_is_still_removed(tmp_path: Path) -> None:
+    echoed = _event(f"your key is {REAL_KEY}, keep it")
+    cut = echoed.index(REAL_KEY.encode()) + 6
+    upstream, gateway = _raw_rig(tmp_path, [echoed[:cut], echoed[cut:], b"data: [DONE]\n\n"])
+    relay = TokenRelay("http://127.0.0.1:9", "grader-token", gateway=gateway)
+    try:
+        with httpx.stream(
+            "POST",
+            f"{relay.url}/v1/chat/completions",
+            json={"model": "test-model", "messages": [{"role": "user", "content": "echo"}], "stream": True},
+            headers={"Authorization": f"Bearer {gateway.placeholder}"},
+            timeout=30,
+        ) as answer:
+            body = b"".join(answer.iter_bytes())
+        assert b"[key removed]" in body and REAL_KEY.encode() not in body
+        assert REAL_KEY[:6].encode() not in body  # not even the half before the cut
+    finally:
+        relay.close()
+        gateway.close()
+        upstream.close()
 
 
 def test_the_results_row_sums_the_runs_llm_ledger(tmp_path: Path) -> None:
