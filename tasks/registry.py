@@ -40,7 +40,7 @@ from tasks.frozenlake import FrozenLakeBenchmark
 from tasks.gsm8k import GSM8KBenchmark
 from tasks.humaneval import HumanEvalBenchmark
 from tasks.plugins import Found, Registry
-from tasks.sokoban import SokobanBenchmark
+from tasks.sokoban import SokobanBenchmark, SokobanOneBoxBenchmark
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +52,7 @@ BUILTINS: dict[str, Callable[[], Benchmark]] = {
     "countdown": CountdownBenchmark,
     "frozenlake": FrozenLakeBenchmark,
     "sokoban": SokobanBenchmark,
+    "sokoban1": SokobanOneBoxBenchmark,
     "humaneval": HumanEvalBenchmark,
 }
 

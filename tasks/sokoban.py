@@ -1,4 +1,4 @@
-"""`sokoban`: textarena's Sokoban-v0 (6x6 rooms, 3 boxes, 30 turns).
+"""`sokoban`: textarena's Sokoban-v0 (6x6 rooms, 3 boxes, 30 turns); `sokoban1`: the same rooms with one box.
 
 The model pushes every box X onto a target O, one bracketed move per turn; boxes can be pushed, never pulled.
 Rooms come from textarena's generator (reverse play from a solved room, deadlock-checked); games whose shortest
@@ -201,3 +201,26 @@ class SokobanBenchmark(TextArenaGameBenchmark):
     def optimal_from_prompt(self, prompt: str) -> list[str]:
         parsed = rows_from_board(self.board_rows(prompt))
         return list(optimal_first_moves(tuple(parsed[0]), tuple(parsed[1]))) if parsed else []
+
+
+class SokobanOneBoxBenchmark(SokobanBenchmark):
+    """`sokoban1`: the same game with one box, short enough that a 0.34M-parameter model learns it in minutes."""
+
+    name = "sokoban1"
+    description = (
+        "Sokoban with one box (textarena, multi-turn): push the box X onto the target O in a 6x6 room; boxes can be "
+        "pushed, not pulled. Each turn the model sees the room and replies with one move: [up], [down], [left] or "
+        "[right]. Score: success rate over held-out rooms (at most 20 replies each). Train/valid hold an optimal "
+        "expert's turns."
+    )
+    header = "Sokoban: push every X onto an O."
+    default_split_sizes: ClassVar[dict[str, int]] = {"test": 200, "valid": 100, "train": 600}
+
+    def __init__(
+        self,
+        dim_room: tuple[int, int] = (6, 6),
+        num_boxes: int = 1,
+        max_turns: int = 20,
+        split_sizes: dict[str, int] | None = None,
+    ):
+        super().__init__(dim_room=dim_room, num_boxes=num_boxes, max_turns=max_turns, split_sizes=split_sizes)

@@ -75,3 +75,16 @@ def test_the_property_check_reads_the_runs() -> None:
     held = [h for _, h, _ in research_ladder.property_check(rung, by_policy)]
     assert held[1] is False and held[2] is False
     assert [h for _, h, _ in research_ladder.property_check(rung, {"tree": by_policy["tree"]})][1] is None
+
+
+def test_every_rung_pairs_a_builtin_benchmark_with_a_builtin_model_built_for_it() -> None:
+    """Each rung's base model is built locally (no hub) from its own benchmark's train split."""
+    from agent.run.models import BUILTIN_MODELS
+    from tasks.registry import BUILTINS
+    from trainers.tiny import TINY_RECIPES
+
+    assert len(research_ladder.RUNGS) >= 3
+    for name, rung in research_ladder.RUNGS.items():
+        assert rung.benchmark in BUILTINS and rung.base_model in BUILTIN_MODELS, name
+        assert TINY_RECIPES[rung.base_model].benchmark == rung.benchmark, name
+        assert rung.recipes.split(",")[0] == "sft" and rung.trials * rung.trial_seconds <= 60, name

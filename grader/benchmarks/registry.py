@@ -17,7 +17,7 @@ from grader.benchmarks.frozenlake import FrozenLakeBenchmark
 from grader.benchmarks.gsm8k import GSM8KBenchmark
 from grader.benchmarks.humaneval import HumanEvalBenchmark
 from grader.benchmarks.secret import DEFAULT_TEST_SEED
-from grader.benchmarks.sokoban import SokobanBenchmark
+from grader.benchmarks.sokoban import SokobanBenchmark, SokobanOneBoxBenchmark
 from tasks.base import Benchmark
 from tasks.registry import (
     BENCHMARKS,
@@ -53,6 +53,7 @@ TEST_HALVES: tuple[type[Any], ...] = (
     CountdownBenchmark,
     FrozenLakeBenchmark,
     SokobanBenchmark,
+    SokobanOneBoxBenchmark,
     HumanEvalBenchmark,
 )
 

@@ -7,7 +7,7 @@ import pytest
 from tasks import get_benchmark
 
 
-@pytest.mark.parametrize("name", ["frozenlake", "sokoban"])
+@pytest.mark.parametrize("name", ["frozenlake", "sokoban", "sokoban1"])
 def test_valid_games_start_on_the_expert_games_first_boards_and_their_plans_win(name: str) -> None:
     bench = get_benchmark(name)
     turns = bench.load("valid")
@@ -20,3 +20,13 @@ def test_valid_games_start_on_the_expert_games_first_boards_and_their_plans_win(
         for move in game_sample.answer.split():
             game.step(move)
         assert game.success(), game_sample.id
+
+
+def test_sokoban1_is_sokoban_with_one_box_and_its_own_games() -> None:
+    one, three = get_benchmark("sokoban1"), get_benchmark("sokoban")
+    assert one.settings()["num_boxes"] == 1 and three.settings()["num_boxes"] == 3
+    assert one.cache_key() != three.cache_key()
+    for game in one.valid_games()[:20]:
+        board = "\n".join(one.board_rows(game.prompt))
+        assert board.count("X") + board.count("*") == 1, game.prompt
+        assert 1 <= int(game.meta["optimal_turns"]) <= one.max_turns

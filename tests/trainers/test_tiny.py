@@ -111,3 +111,22 @@ def test_save_replaces_the_folder_in_one_step(tmp_path: Path) -> None:
     assert not (out / "stale.txt").exists()
     assert (out / "model.safetensors").is_file()
     assert [p.name for p in tmp_path.iterdir()] == ["tiny"]  # no staging folder left behind
+
+
+def test_every_game_model_fits_its_games_and_is_built_from_its_train_split(tmp_path: Path) -> None:
+    """tiny-lake and tiny-sokoban: each recipe's benchmark is a built-in game whose prompts and replies fit the
+    model's positions, and a (short) build records that it saw that game's train split only."""
+    from tasks import get_benchmark
+    from trainers.tiny import TINY_RECIPES, build_tiny
+
+    assert TINY_RECIPES["tiny-sokoban"].benchmark == "sokoban1"
+    tok = build_char_tokenizer()
+    for name in ("tiny-lake", "tiny-sokoban"):
+        recipe = TINY_RECIPES[name]
+        turns = get_benchmark(recipe.benchmark).load("train")
+        longest = max(len(tok(t.prompt + t.answer)["input_ids"]) + 1 for t in turns)
+        assert longest <= recipe.max_position_embeddings, (name, longest)
+    out = build_tiny("tiny-sokoban", tmp_path / "tiny-sokoban", steps=2, progress=False)
+    provenance = json.loads((out / "rlloop_model.json").read_text())
+    assert provenance["name"] == "tiny-sokoban" and provenance["recipe"]["benchmark"] == "sokoban1"
+    assert "sokoban1 'train' split only" in provenance["data"]
