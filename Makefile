@@ -6,7 +6,7 @@ TORCH_SPEC ?= torch==2.13.0
 BIN := $(VENV)/bin
 DEMO_ARGS ?=
 
-.PHONY: demo test test-quick install install-dev sandbox-image lint typecheck clean-venv verl-env test-verl test-vllm gpu-check
+.PHONY: demo test test-quick test-ray-cluster install install-dev sandbox-image lint typecheck clean-venv verl-env test-verl test-vllm gpu-check
 
 PIP_LOG := $(VENV)/pip.log
 # pip's own output goes to a log file; one line says where, and its last lines come out if it fails
@@ -95,6 +95,10 @@ test:
 test-quick: $(VENV)/.installed-dev
 	$(BIN)/python -m pytest -q -p no:cacheprovider -n 2 --dist loadscope -m "not slow and not docker and not ray" \
 		--timeout=600 --durations=10
+
+## test-ray-cluster: the multi-node Ray tests alone (a head and worker raylets on this machine; about 3 minutes)
+test-ray-cluster: $(VENV)/.installed-dev
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m ray_cluster --timeout=900 --durations=10
 
 lint:
 	$(BIN)/ruff check agent sandbox grader tasks trainers tests benchmarks

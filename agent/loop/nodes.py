@@ -242,6 +242,15 @@ class Research(Screened):
             result = self.sandbox.run(request)
         record = outcome(record, result, self.paths, started)
         record.sandbox = {"backend": result.backend, "image_digest": result.image_digest}
+        # a backend that places trials on other machines (ray) says where this one ran
+        node = getattr(result, "node", None)
+        if node:
+            record.sandbox["node"] = dict(node)
+            record.sandbox["gpus"] = list(getattr(result, "gpus", []))
+            self.reporter.info(
+                f"    {record.trial_id} ran on node {node.get('node_id', '?')} ({node.get('hostname', '?')}, "
+                f"{node.get('node_ip', '?')})"
+            )
         if record.status == "succeeded":
             loss = record.train_metrics.get("train_loss")
             extra = f", train loss {loss:.3f}" if loss is not None else ""
@@ -350,6 +359,7 @@ class Research(Screened):
                     trial_dir / "log.txt",
                     trial_dir / "metrics.json",  # the host's copy of the numbers in output/metrics.json
                 ],
+                extra_tags=node_tags(record.sandbox.get("node")),
             )
         self.budget.record_compute(record.duration_s)
         spent = self.budget.spent()
@@ -388,3 +398,14 @@ class Research(Screened):
 
 def _ci(summary: dict[str, Any] | None) -> tuple[float, float] | None:
     return (summary["ci_low"], summary["ci_high"]) if summary else None
+
+
+def node_tags(node: Any) -> dict[str, str] | None:
+    """MLflow tags naming the machine a trial ran on, where its backend said (ray: node id, IP, hostname)."""
+    if not isinstance(node, dict) or not node:
+        return None
+    return {
+        f"rlloop.{key}": str(value)
+        for key, value in node.items()
+        if key in ("node_id", "node_ip", "hostname")
+    }

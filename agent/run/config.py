@@ -92,6 +92,11 @@ class RunConfig(BaseSettings):
     trial_concurrency: int = Field(
         1, ge=1, le=64, description="Trials trained at once (each with cores / K unless --trial-cpus is set)."
     )
+    ray_address: str | None = Field(
+        None,
+        description="With --sandbox ray: the Ray cluster's address (host:6379, ray://host:10001, auto); RAY_ADDRESS "
+        "when unset. Every node that may run trials must see RLLOOP_HOME at the same path (checked at start).",
+    )
     trial_gpus: int = Field(
         0,
         ge=0,

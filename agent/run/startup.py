@@ -68,6 +68,12 @@ def build_context(started: StartedRun, reporter: Reporter) -> RunContext:
     budget = make_budget(config, paths.budget_ledger)
     proposer = make_proposer(config, budget)
     sandbox = open_sandbox(config, reporter, require_isolation=False)
+    # trials placed on other machines (ray): each machine must see the run's folder, else the run stops here
+    check_storage = getattr(sandbox, "check_shared_storage", None)
+    if callable(check_storage):
+        with reporter.watching("checking that every node that may run trials sees the run's folder"):
+            nodes = check_storage(paths.run_dir, paths.home)
+        reporter.info(f"shared storage: {len(nodes)} trial node(s) see {paths.run_dir}")
     reporter.info(f"proposer: {proposer.name} | sandbox: {sandbox.name} | workspace: {paths.workspace}")
     return RunContext(
         config=config,
@@ -154,7 +160,10 @@ def open_sandbox(config: RunConfig, reporter: Reporter, *, require_isolation: bo
     """
     from sandbox.registry import get_sandbox
 
-    sandbox = get_sandbox(config.sandbox, **gpu_image_opts(config))
+    opts: dict[str, str] = gpu_image_opts(config)
+    if config.sandbox == "ray" and config.ray_address:
+        opts["address"] = config.ray_address
+    sandbox = get_sandbox(config.sandbox, **opts)
     if isolation_of(sandbox) != "none":
         return sandbox
     why = getattr(sandbox, "isolation_reason", "") or f"the {sandbox.name} backend does not isolate trials"

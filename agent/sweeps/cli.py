@@ -16,7 +16,7 @@ from agent.run.config import parse_duration
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__, pretty_exceptions_enable=False)
 console = Console(highlight=False)
-err = Console(stderr=True, highlight=False)
+err = Console(stderr=True, highlight=False, soft_wrap=True)  # a path or node id in an error is never split
 
 
 def _fail(message: str) -> None:
@@ -53,7 +53,11 @@ def bench(
     ] = None,
     ray: Annotated[
         str | None,
-        typer.Option("--ray", help="Ray cluster address ('auto', 'local', host:port); RAY_ADDRESS too."),
+        typer.Option(
+            "--ray",
+            "--ray-address",
+            help="Ray cluster address ('auto', 'local', host:port); RAY_ADDRESS too.",
+        ),
     ] = None,
     executor: Annotated[
         str, typer.Option(help="Where runs go: auto (ray with --ray, else local), local, ray, or a plugin.")
@@ -127,6 +131,8 @@ def bench(
         overrides["eval_limit"] = eval_limit
     if sandbox is not None:
         overrides["sandbox"] = sandbox
+        if sandbox == "ray" and address:  # each run's trials go to the same cluster
+            overrides["ray_address"] = address
     llm_fields = {
         "agent_llm_base_url": agent_llm_base_url,
         "agent_llm_key_env": agent_llm_key_env,
@@ -173,7 +179,13 @@ def bench(
     console.print(
         f"sweep [bold]{spec.sweep_id}[/bold]: {len(spec.combinations())} runs; continue it with --sweep-id {spec.sweep_id}"
     )
-    manifest = run_sweep(spec, root, console=console)
+    from sandbox.base import SandboxUnavailableError
+
+    try:
+        manifest = run_sweep(spec, root, console=console)
+    except SandboxUnavailableError as exc:  # a Ray node without the shared RLLOOP_HOME, named
+        _fail(str(exc))
+        return
     from agent.sweeps.report import write_report
 
     _, md_path, _ = write_report(root.resolve(), manifest)

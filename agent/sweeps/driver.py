@@ -42,10 +42,17 @@ def run_sweep(
     home = ensure_home(home)
     console = console or Console(highlight=False)
     manifest = manifests.open_manifest(home, spec)
+    executor = executor or make_executor(spec)
+    check_storage = getattr(executor, "check_storage", None)
+    if callable(check_storage):  # runs on other machines: each must see the sweep's folder, before any starts
+        try:
+            check_storage(manifests.sweeps_dir(home) / spec.sweep_id, home)
+        except BaseException:
+            executor.close()
+            raise
     tracker = SweepTracker(home)
     manifest.mlflow_run_id = tracker.start(manifest)
     manifests.save(home, manifest)
-    executor = executor or make_executor(spec)
     queue = [e for e in manifest.entries.values() if e.status != "finished"]
     in_flight: dict[Future[dict[str, Any]], Entry] = {}
     previous = _sigterm_as_exception()

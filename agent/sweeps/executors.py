@@ -3,7 +3,8 @@
 Both start the same worker process (`python -m agent.sweeps.worker`), so a run behaves the same wherever it runs.
 The worker gets SIGTERM when whatever started it dies (PR_SET_PDEATHSIG): the run then stops its trial, keeps what
 it wrote and is resumed by the next attempt. Ray retries a task whose worker died (`max_retries`); the retry resumes
-the run. RLLOOP_HOME must be on storage every Ray node shares.
+the run. RLLOOP_HOME must be on storage every Ray node shares: the driver checks that each node sees the sweep's
+folder before the first run starts.
 """
 
 from __future__ import annotations
@@ -120,7 +121,7 @@ class RayExecutor:
 
         if not ray.is_initialized():
             target = address or os.environ.get("RAY_ADDRESS") or "auto"
-            ray.init(address=None if target == "local" else target, log_to_driver=False)
+            ray.init(address=target, log_to_driver=False)  # "local": a new instance of its own
         self._ray = ray
         self._remote = ray.remote(_ray_run).options(
             num_cpus=num_cpus, max_retries=max_retries, retry_exceptions=False
@@ -147,6 +148,13 @@ class RayExecutor:
 
         threading.Thread(target=settle, daemon=True).start()
         return future
+
+    def check_storage(self, folder: Path, shared: Path) -> list[dict[str, str]]:
+        """Every node that may run a sweep run proves it sees `folder` (the sweep's) as the driver does; a node that
+        does not stops the sweep here, named (`sandbox.backends.ray.StorageNotSharedError`)."""
+        from sandbox.backends.ray import check_shared_storage
+
+        return check_shared_storage(self._ray, folder, shared)
 
     def interrupt(self) -> None:
         for ref in self._refs:  # SIGTERM-like: the worker's death makes its run stop and keep its state

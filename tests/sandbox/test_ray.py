@@ -33,7 +33,14 @@ time.sleep(120)
 
 @pytest.fixture(scope="module")
 def local_ray() -> Iterator[None]:
-    ray.init(num_cpus=2, object_store_memory=80 * 1024**2, include_dashboard=False, log_to_driver=False)
+    # address "local": a new instance of its own, never a cluster another test (or `ray start`) runs here
+    ray.init(
+        address="local",
+        num_cpus=2,
+        object_store_memory=80 * 1024**2,
+        include_dashboard=False,
+        log_to_driver=False,
+    )
     yield
     ray.shutdown()
 

@@ -200,7 +200,14 @@ def test_ray_sweep_survives_a_worker_killed_mid_trial(tiny_model_home: Path) -> 
     from agent.sweeps.driver import run_sweep
     from agent.sweeps.executors import RayExecutor
 
-    ray.init(num_cpus=2, object_store_memory=80 * 1024**2, include_dashboard=False, log_to_driver=False)
+    # address "local": a new instance of its own, never a cluster another test (or `ray start`) runs here
+    ray.init(
+        address="local",
+        num_cpus=2,
+        object_store_memory=80 * 1024**2,
+        include_dashboard=False,
+        log_to_driver=False,
+    )
     try:
         spec = _spec("sw-ray", ray_address="local", concurrency=2)
         run_id = next(iter(spec.combinations())).run_id("sw-ray")
