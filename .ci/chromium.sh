@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Make a headless Chromium available for the service's web-page test (tests/agent/service/test_page.py):
-# install Debian's `chromium` with apt-get when no chromium binary is on PATH. Idempotent; meant for root on a
-# fresh CI machine. Prints the binary it found or installed.
+# Make a headless Chromium available for the service's web-page tests (tests/agent/service/test_page.py and
+# test_run_page.py): install Debian's `chromium` with apt-get when no chromium binary is on PATH. Idempotent; meant
+# for root on a fresh CI machine. Prints the binary it found or installed.
 set -euo pipefail
 
 say() { echo "[chromium.sh] $*"; }

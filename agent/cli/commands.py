@@ -68,11 +68,18 @@ def _execute(config: RunConfig, resume_run_id: str | None = None) -> None:
     from agent.run.grading import GraderError
     from agent.run.models import ModelNotFoundError
     from agent.run.workspace import HomeNotWritableError
+    from sandbox.base import SandboxUnavailableError
     from tasks.plugins import UnknownPluginError
 
     try:
         summary = execute(config, resume_run_id=resume_run_id)
-    except (UnknownPluginError, ModelNotFoundError, HomeNotWritableError, GraderError) as exc:
+    except (
+        UnknownPluginError,
+        ModelNotFoundError,
+        HomeNotWritableError,
+        GraderError,
+        SandboxUnavailableError,
+    ) as exc:
         fail(str(exc))
         return
     except (FileNotFoundError, FileExistsError, ValueError) as exc:
@@ -129,6 +136,14 @@ def run(
     ] = None,
     trial_gpus: Annotated[
         int | None, typer.Option(help="GPUs leased to each trial (0: CPU); too few fails at once.")
+    ] = None,
+    ray_address: Annotated[
+        str | None,
+        typer.Option(
+            "--ray-address",
+            "--ray",
+            help="With --sandbox ray: the cluster (host:6379, auto); RAY_ADDRESS too.",
+        ),
     ] = None,
     recipes: Annotated[str | None, typer.Option(help="Comma list of recipes the proposer may use.")] = None,
     approval_budget_s: Annotated[
@@ -323,11 +338,13 @@ def ui(
 ) -> None:
     """Open the MLflow UI on the run store: a lean server (one worker, no job runners)."""
     from agent.run.children import run_child
-    from agent.run.tracking import ui_command
+    from agent.run.tracking import review_links, ui_command
 
     root = _home(home).resolve()
     cmd, env = ui_command(root, host=host, port=port, workers=workers)
     console.print(f"MLflow UI for sqlite:///{root / 'mlflow.db'} on http://{host}:{port}")
+    for name, link in review_links(root, f"http://{host}:{port}"):  # training runs, not the GenAI overview
+        console.print(f"  {name}: {link}", soft_wrap=True)
     raise typer.Exit(run_child(cmd, env=env))  # its server worker stops with us
 
 

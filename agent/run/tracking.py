@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import logging
 import os
 import sys
@@ -31,6 +32,18 @@ NODE_TAG = "rlloop.node"
 # MLflow 3 opens an experiment on its GenAI traces overview once it holds traces unless its kind says otherwise
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 EXPERIMENT_KIND = "custom_model_development"
+# A saved view of the experiment's training runs (MLflow's shared view state, an experiment tag), with the columns a
+# reviewer compares; `runs_url` opens it with the GenAI switch off, whatever a fresh browser would default to.
+REVIEW_VIEW_KEY = "rlloop-review"
+REVIEW_COLUMNS = (
+    "metrics.`baseline_score`",
+    "metrics.`best_score`",
+    "metrics.`improvement`",
+    "metrics.`submission_count`",
+    "metrics.`valid_score`",
+    "params.`recipe`",
+    "tags.`rlloop.isolation`",
+)
 TRIAL_NODES = ("propose", "approve", "run_trial", "validate", "submit", "record")
 RUN_NODES = ("prepare", "finish")
 
@@ -86,6 +99,8 @@ class Tracker:
             kind = experiment.tags.get(EXPERIMENT_KIND_TAG, "")
             if not kind or kind.endswith("inferred") or kind == "no_inferred_type":  # ours, or the UI's guess
                 self.client.set_experiment_tag(experiment.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
+            if f"{SHARED_VIEW_PREFIX}{REVIEW_VIEW_KEY}" not in experiment.tags:
+                self.save_review_view(str(experiment.experiment_id))
             return str(experiment.experiment_id)
         self.artifact_root.mkdir(parents=True, exist_ok=True)
         try:
@@ -93,7 +108,7 @@ class Tracker:
                 self.client.create_experiment(
                     name,
                     artifact_location=(self.artifact_root / name).as_uri(),
-                    tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND},
+                    tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND, **review_view_tag()},
                 )
             )
         except Exception:  # created concurrently by another run
@@ -282,6 +297,60 @@ class Tracker:
     def run_url(self, parent: str, ui_base: str = "http://127.0.0.1:5000") -> str:
         run = self.client.get_run(parent)
         return f"{ui_base}/#/experiments/{run.info.experiment_id}/runs/{parent}"
+
+    def save_review_view(self, experiment_id: str) -> None:
+        """(Re)write the experiment's review view (the tag `runs_url` opens)."""
+        for key, value in review_view_tag().items():
+            self.client.set_experiment_tag(experiment_id, key, value)
+
+
+SHARED_VIEW_PREFIX = "mlflow.sharedViewState."
+
+
+def review_view_tag() -> dict[str, str]:
+    """The experiment tag holding the review view: MLflow's UI reads it for `?viewStateShareKey=<key>`."""
+    state = {
+        "selectedColumns": list(REVIEW_COLUMNS),
+        "orderByKey": "attributes.start_time",
+        "orderByAsc": False,
+        "runsExpanded": {},
+    }
+    return {f"{SHARED_VIEW_PREFIX}{REVIEW_VIEW_KEY}": json.dumps(state)}
+
+
+def review_links(root: Path, ui_base: str) -> list[tuple[str, str]]:
+    """(experiment, link to its training runs in the review view) for every rlloop experiment of a home's store,
+    saving the view on experiments made before it existed; empty when the store cannot be read."""
+    db = root / "mlflow.db"
+    if not db.is_file():
+        return []
+    try:
+        tracker = Tracker(f"sqlite:///{db}", root / "mlartifacts")
+        found = tracker.client.search_experiments(filter_string="name LIKE 'rlloop/%'")
+        links = []
+        for experiment in found:
+            if f"{SHARED_VIEW_PREFIX}{REVIEW_VIEW_KEY}" not in experiment.tags:
+                tracker.save_review_view(str(experiment.experiment_id))
+            base = f"{ui_base}/#/experiments/{experiment.experiment_id}"
+            links.append(
+                (
+                    experiment.name,
+                    f"{base}/runs?workflowType=machine_learning&viewStateShareKey={REVIEW_VIEW_KEY}",
+                )
+            )
+        return links
+    except Exception as exc:  # a busy or newer store: the UI still starts
+        log.warning("could not list the experiments of %s: %s", db, exc)
+        return []
+
+
+def runs_url(run_url: str) -> str | None:
+    """The training runs table of a parent run's experiment, with the review view and the GenAI switch off (a fresh
+    MLflow 3 browser opens an experiment on its GenAI overview otherwise), from the parent run's page URL."""
+    if "/runs/" not in run_url:
+        return None
+    base = run_url.rsplit("/runs/", 1)[0]
+    return f"{base}/runs?workflowType=machine_learning&viewStateShareKey={REVIEW_VIEW_KEY}"
 
 
 @contextlib.contextmanager

@@ -12,10 +12,10 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
-from fastapi import Depends, FastAPI, HTTPException, status
+from fastapi import Depends, FastAPI, HTTPException, Request, Response, status
 from fastapi import Path as PathParam
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import HTMLResponse
+from fastapi.responses import HTMLResponse, JSONResponse
 from pydantic import ValidationError
 
 from agent.loop.approvals import list_pending, write_decision
@@ -33,8 +33,11 @@ from agent.service.auth import (
     read_users_file,
     users_file_for,
 )
-from agent.service.guard import Caller, authorize
+from agent.service.guard import Caller, authorize, wants_page
+from agent.service.lineage import edit_problems
+from agent.service.page_schemas import RunPage, TrialDetail
 from agent.service.records import load_record
+from agent.service.runpage import RunRecords, etag_of, pending_of
 from agent.service.schemas import (
     RUN_ID_PATTERN,
     RUN_ID_RULE,
@@ -54,6 +57,8 @@ from agent.service.workers import RunConflictError, RunNotFoundError, WorkerPool
 from grader.benchmarks import get_benchmark
 
 PAGE = Path(__file__).with_name("page.html")
+RUN_PAGE = Path(__file__).with_name("run.html")
+ASSETS = {"/ui.js": "application/javascript", "/ui.css": "text/css"}
 ID_REGEX = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,119}$"
 RunId = Annotated[str, PathParam(pattern=ID_REGEX, description="The run's id (`GET /runs`).")]
 TrialId = Annotated[str, PathParam(pattern=ID_REGEX, description="The trial's id, e.g. t01.")]
@@ -151,6 +156,25 @@ def create_app(settings: ServiceSettings) -> FastAPI:
         """The approvals page: runs and pending proposals, with Approve / Edit / Reject buttons."""
         return HTMLResponse(PAGE.read_text())
 
+    def asset(name: str, media_type: str) -> None:
+        path = Path(__file__).with_name(name.lstrip("/"))
+
+        @app.get(name, include_in_schema=False)
+        def serve_asset() -> Response:
+            return Response(path.read_text(), media_type=media_type, headers={"Cache-Control": "no-cache"})
+
+    for name, media_type in ASSETS.items():
+        asset(name, media_type)
+
+    def page_or_304(request: Request, body: Any) -> Response:
+        """JSON with a weak ETag; 304 when the caller already has it (the page polls with If-None-Match)."""
+        data = body.model_dump(mode="json")
+        tag = etag_of(data)
+        headers = {"ETag": tag, "Cache-Control": "no-cache"}
+        if request.headers.get("if-none-match") == tag:
+            return Response(status_code=status.HTTP_304_NOT_MODIFIED, headers=headers)
+        return JSONResponse(data, headers=headers)
+
     @app.get("/health")
     def health() -> dict[str, Any]:
         """Liveness, how many workers run now, and how callers sign in: `auth` is "token" or "open" (--no-auth);
@@ -215,10 +239,34 @@ def create_app(settings: ServiceSettings) -> FastAPI:
         return [s for s in found if s is not None]
 
     @app.get("/runs/{run_id}", response_model=RunDetail)
-    def get_run(run_id: RunId) -> RunDetail:
-        """One run with its trials (scores, errors, approvals) from the checkpoint, and its MLflow page."""
+    def get_run(run_id: RunId, request: Request) -> Any:
+        """One run with its trials (scores, errors, approvals) from the checkpoint, and its MLflow page. A browser
+        opening this URL gets the run page instead (no data: it fetches `/runs/{run_id}/view` with its token)."""
+        if wants_page(request):
+            return HTMLResponse(RUN_PAGE.read_text())
         summary = summary_of(run_id)
         return run_detail(summary, runs_dir / run_id, pool.record(run_id), mlflow_links)
+
+    @app.get("/runs/{run_id}/view", response_model=RunPage)
+    def run_page(run_id: RunId, request: Request) -> Response:
+        """What the run page draws: the trial tree, the score over submissions, the budget, the decisions so far.
+        Carries an ETag: send If-None-Match to get 304 while nothing changed."""
+        summary = summary_of(run_id)
+        detail = run_detail(summary, runs_dir / run_id, pool.record(run_id), mlflow_links)
+        return page_or_304(request, RunRecords(runs_dir / run_id).page(summary, detail.mlflow_url))
+
+    @app.get("/runs/{run_id}/trials/{trial_id}", response_model=TrialDetail)
+    def trial_detail(run_id: RunId, trial_id: TrialId, request: Request) -> Any:
+        """One trial: proposal (each hyperparameter with what it replaced), code and its diff, log tail, training
+        curves, wrong answers on valid by kind, the grader's answer, the proposer's tool calls. A browser gets the
+        page."""
+        if wants_page(request):
+            return HTMLResponse(RUN_PAGE.read_text())
+        summary_of(run_id)
+        found = RunRecords(runs_dir / run_id).trial_detail(trial_id)
+        if found is None:
+            raise HTTPException(status.HTTP_404_NOT_FOUND, f"no trial {trial_id!r} in run {run_id!r}")
+        return page_or_304(request, found)
 
     @app.post("/runs/{run_id}/cancel", status_code=status.HTTP_202_ACCEPTED, response_model=RunSummary)
     def cancel_run(run_id: RunId) -> RunSummary:
@@ -247,13 +295,21 @@ def create_app(settings: ServiceSettings) -> FastAPI:
     def list_approvals() -> list[PendingApproval]:
         """Proposals waiting for a decision, across runs."""
         out: list[PendingApproval] = []
+        records: dict[str, RunRecords] = {}  # each run's records read once per request
         for run_id, trial in list_pending(runs_dir):
             record = pool.record(run_id)
             active = record is not None and record.state == "running"
             if record is None:
                 summary = run_summary(runs_dir / run_id, None, [])
                 active = summary is not None and summary.status == "running"
-            out.append(pending_view(run_id, trial, active))
+            view = pending_view(run_id, trial, active)
+            try:
+                if run_id not in records:
+                    records[run_id] = RunRecords(runs_dir / run_id)
+                view.context = records[run_id].approval_context(trial)
+            except Exception:  # a half-written run: the card still shows the proposal and its buttons
+                logger.exception("could not assemble the context of %s %s", run_id, trial.trial_id)
+            out.append(view)
         return out
 
     @app.post("/approvals/{run_id}/{trial_id}", response_model=DecisionRecorded)
@@ -270,6 +326,15 @@ def create_app(settings: ServiceSettings) -> FastAPI:
                     "omit `by` (the token's user is recorded)",
                 )
             decision = decision.model_copy(update={"by": caller.name})
+        if decision.action == "edit" and decision.set:
+            waiting = next((t for t in pending_of(runs_dir / run_id) if t.trial_id == trial_id), None)
+            if waiting is not None and waiting.proposal.train_py is None:
+                recipe = decision.recipe or waiting.proposal.recipe
+                problems = edit_problems(recipe, waiting.proposal.hyperparameters, decision.set)
+                if problems:
+                    raise RequestValidationError(
+                        [{"loc": ("body", "set"), "msg": p, "type": "value_error"} for p in problems]
+                    )
         try:
             path = write_decision(runs_dir / run_id, trial_id, decision)
         except LookupError as exc:

@@ -18,7 +18,10 @@ from pydantic import BaseModel
 
 from agent.service.auth import ROLE_RANK, ROLES, Role, UserDirectory, is_loopback
 
-OPEN_PATHS = frozenset({"/", "/health"})
+OPEN_PATHS = frozenset({"/", "/health", "/ui.js", "/ui.css"})
+# Routes that answer a browser's navigation with a page (static HTML, no data: its script fetches the data with the
+# tab's token) and API clients with JSON, which needs a token as usual.
+PAGE_ROUTES = frozenset({"/runs/{run_id}", "/runs/{run_id}/trials/{trial_id}"})
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 ROUTE_ROLES: dict[tuple[str, str], Role] = {("POST", "/approvals/{run_id}/{trial_id}"): "approver"}
 REALM = 'Bearer realm="rlloop"'
@@ -45,6 +48,16 @@ def required_role(method: str, path: str) -> Role | None:
     if found is not None:
         return found
     return "viewer" if method.upper() in SAFE_METHODS else "admin"
+
+
+def wants_page(request: Request) -> bool:
+    """A browser opening the URL (it asks for HTML, not JSON): it gets the page, never the data."""
+    accept = request.headers.get("accept", "").lower()
+    return (
+        request.method.upper() in ("GET", "HEAD")
+        and "text/html" in accept
+        and "application/json" not in accept
+    )
 
 
 def _roles_from(role: Role) -> str:
@@ -84,7 +97,7 @@ def authorize(
     directory: UserDirectory = request.app.state.users
     route = request.scope.get("route")
     path = getattr(route, "path", request.url.path)
-    needed = required_role(request.method, path)
+    needed = None if path in PAGE_ROUTES and wants_page(request) else required_role(request.method, path)
     if request.method.upper() not in SAFE_METHODS:
         _refuse_cross_origin(request)
     if not directory.required:

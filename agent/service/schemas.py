@@ -10,6 +10,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource
 
 from agent.loop.approvals import Decision
 from agent.run.config import RunConfig
+from agent.service.page_schemas import ApprovalContext
 
 RUN_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,119}$")
 RUN_ID_RULE = "1-120 characters: letters, digits, '.', '_' or '-', starting with a letter or digit"
@@ -134,6 +135,13 @@ class TrialView(BaseModel):
     duration_s: float = 0.0
     train_metrics: dict[str, float] = Field(default_factory=dict)
     approval: dict[str, Any] | None = None
+    parent: str | None = None
+    operator: str | None = None
+    valid_score: float | None = None
+    valid_ci_low: float | None = None
+    valid_ci_high: float | None = None
+    valid_n: int | None = None
+    submission_note: str | None = None
 
 
 class RunDetail(RunSummary):
@@ -172,6 +180,10 @@ class PendingApproval(BaseModel):
         description="False when the run is stopped: the decision applies when it resumes."
     )
     decide: str = Field(description="POST a DecisionRequest here.")
+    context: ApprovalContext | None = Field(
+        default=None,
+        description="The parent's scores, the diff, the cost estimate, why it waits, the decisions so far.",
+    )
 
 
 class DecisionRequest(BaseModel):

@@ -3,6 +3,7 @@ trial runs; the experiment kind; a lean `rlloop ui`."""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -19,7 +20,15 @@ from mlflow import MlflowClient
 
 from agent.proposers.base import Proposal, TrialRecord
 from agent.run.environment import environment_record, flat_params
-from agent.run.tracking import EXPERIMENT_KIND_TAG, NODE_TAG, TRIAL_TAG, Tracker, child_span, traced_nodes
+from agent.run.tracking import (
+    EXPERIMENT_KIND_TAG,
+    NODE_TAG,
+    TRIAL_TAG,
+    Tracker,
+    child_span,
+    review_links,
+    traced_nodes,
+)
 
 
 def test_parent_and_trials_are_idempotent(tmp_path: Path) -> None:
@@ -121,6 +130,17 @@ def test_experiments_open_on_their_runs_view(tmp_path: Path) -> None:
     client.set_experiment_tag(new, EXPERIMENT_KIND_TAG, "finetuning")  # a person's choice is kept
     tracker.experiment_id("arith")
     assert client.get_experiment(new).tags[EXPERIMENT_KIND_TAG] == "finetuning"
+    # the review view (training runs, the columns a reviewer compares) is saved on new and old experiments alike;
+    # the run page links to it with the GenAI switch off (tests/agent/service/test_run_page.py opens it in Chromium)
+    view_tag = "mlflow.sharedViewState.rlloop-review"
+    for experiment in (new, old):
+        columns = json.loads(client.get_experiment(experiment).tags[view_tag])["selectedColumns"]
+        assert "metrics.`baseline_score`" in columns and "params.`recipe`" in columns
+    link = "http://ui/#/experiments/{}/runs?workflowType=machine_learning&viewStateShareKey=rlloop-review"
+    assert sorted(review_links(tmp_path, "http://ui")) == [
+        ("rlloop/arith", link.format(new)),
+        ("rlloop/old", link.format(old)),
+    ]
 
 
 class _Nodes:

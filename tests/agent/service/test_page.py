@@ -8,130 +8,25 @@ agent.loop.approvals.publish_pending, and checks the decision files the waiting 
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import signal
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
-import httpx
 import pytest
-from websockets.sync.client import ClientConnection, connect
 
 from agent.loop.approvals import Decision, publish_pending, read_decision
 from agent.proposers.base import Proposal, TrialRecord
 from agent.service.auth import ADMIN_TOKEN_FILE_NAME, sign_in_url
+from tests.agent.service.browser import DevTools, chromium, skip_without_chromium
 from tests.agent.service.support import add_users, running_service
 
-CHROMIUM = next(
-    (found for name in ("chromium", "chromium-browser", "google-chrome") if (found := shutil.which(name))),
-    None,
-)
-CHROMIUM_FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--remote-debugging-port=0",
-    "--remote-allow-origins=*",
-]
-
-if CHROMIUM is None and not os.environ.get("CI"):
-    pytest.skip("chromium is not installed (run .ci/chromium.sh); CI is unset", allow_module_level=True)
-
-
-class DevTools:
-    """The few CDP commands the test needs: navigate, evaluate, click with the mouse, type."""
-
-    def __init__(self, socket: ClientConnection) -> None:
-        self.socket = socket
-        self.last_id = 0
-
-    def call(self, method: str, **params: Any) -> dict[str, Any]:
-        self.last_id += 1
-        self.socket.send(json.dumps({"id": self.last_id, "method": method, "params": params}))
-        while True:
-            message = json.loads(self.socket.recv(timeout=30))
-            if message.get("id") == self.last_id:
-                if "error" in message:
-                    raise RuntimeError(f"{method}: {message['error']}")
-                return dict(message.get("result", {}))
-
-    def eval(self, expression: str) -> Any:
-        result = self.call("Runtime.evaluate", expression=expression, returnByValue=True, awaitPromise=True)
-        if "exceptionDetails" in result:
-            raise RuntimeError(f"{expression}: {result['exceptionDetails']}")
-        return result["result"].get("value")
-
-    def wait(self, expression: str, timeout: float = 30) -> Any:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                value = self.eval(expression)
-            except RuntimeError:  # the document is still being replaced by the navigation
-                value = None
-            if value:
-                return value
-            time.sleep(0.1)
-        raise AssertionError(
-            f"timed out waiting for {expression}; page: {self.eval('document.body.innerText')}"
-        )
-
-    def click(self, selector: str) -> None:
-        """A real left click at the element's centre (mouse moved, pressed, released)."""
-        x, y = self.wait(
-            f"(() => {{ const e = document.querySelector({json.dumps(selector)}); if (!e) return null;"
-            " e.scrollIntoView({block: 'center'}); const r = e.getBoundingClientRect();"
-            " return [r.x + r.width / 2, r.y + r.height / 2]; })()"
-        )
-        self.call("Input.dispatchMouseEvent", type="mouseMoved", x=x, y=y)
-        for kind in ("mousePressed", "mouseReleased"):
-            self.call("Input.dispatchMouseEvent", type=kind, x=x, y=y, button="left", clickCount=1)
-
-    def type(self, selector: str, text: str, replace: bool = False) -> None:
-        self.click(selector)
-        if replace:
-            self.eval(f"document.querySelector({json.dumps(selector)}).select()")
-        self.call("Input.insertText", text=text)
+skip_without_chromium()
 
 
 @pytest.fixture
 def browser(tmp_path: Path) -> Iterator[DevTools]:
-    if CHROMIUM is None:
-        pytest.fail("CI is set but chromium is missing: run .ci/chromium.sh first")
-    profile = tmp_path / "chromium-profile"
-    proc = subprocess.Popen(
-        [CHROMIUM, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "about:blank"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    try:
-        port_file = profile / "DevToolsActivePort"
-        deadline = time.monotonic() + 60
-        while not (port_file.exists() and port_file.read_text().strip()):
-            assert proc.poll() is None, f"chromium exited with {proc.returncode}"
-            assert time.monotonic() < deadline, "chromium did not open its DevTools port"
-            time.sleep(0.1)
-        port = int(port_file.read_text().split()[0])
-        targets = httpx.get(f"http://127.0.0.1:{port}/json/list", timeout=10).json()
-        page = next(t for t in targets if t["type"] == "page")
-        with connect(page["webSocketDebuggerUrl"], max_size=None, open_timeout=30) as socket:
-            yield DevTools(socket)
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+    with chromium(tmp_path) as found:
+        yield found
 
 
 def _publish(run_dir: Path, trial_id: str, index: int) -> None:
@@ -183,8 +78,21 @@ def test_approve_edit_and_reject_from_the_page(tmp_path: Path, browser: DevTools
         assert rejected.by == "grace"
         browser.wait("document.querySelector('#message').textContent.includes('t02: reject recorded')")
 
-        browser.type(card.format("t03") + " .hp", '{"learning_rate": 0.0002, "max_steps": 7}', replace=True)
+        # the edit form: one field per hyperparameter from sft's schema, checked before anything is sent
+        field = card.format("t03") + ' .field[data-name="{}"]'
+        browser.type(field.format("learning_rate") + " input", "fast", replace=True)
         browser.click(card.format("t03") + " .edit")
+        browser.wait(f"document.querySelector('{field.format('learning_rate')} .field-error').textContent")
+        assert "a number is needed" in browser.eval(
+            f"document.querySelector('{field.format('learning_rate')} .field-error').textContent"
+        )
+        time.sleep(0.5)
+        assert read_decision(run_dir, "t03") is None  # refused on the page, nothing sent
+        browser.type(field.format("learning_rate") + " input", "0.0002", replace=True)
+        browser.click(card.format("t03") + " .edit-form details summary")  # the recipe's other fields
+        browser.type(field.format("max_steps") + " input", "7", replace=True)
+        browser.click(card.format("t03") + " .edit")
+        browser.wait("document.querySelector('#message').textContent.includes('t03: edit recorded')")
         edited = _decision(run_dir, "t03")
         assert edited.action == "edit" and edited.set == {"learning_rate": 0.0002, "max_steps": 7}
 
@@ -240,10 +148,15 @@ def test_sign_in_with_a_token_and_decide_as_its_user(tmp_path: Path, browser: De
             "document.body.dataset.loaded === 'true' && document.querySelectorAll('.approval').length === 2"
         )
         assert browser.eval("document.querySelector('#user').textContent") == "val"
-        browser.click(card.format("t01") + " .approve")  # a viewer may look, not decide
-        browser.wait(
-            "document.querySelector('#message').textContent.includes('needs a bearer token of role')"
+        # a viewer may look, not decide: the page offers no working button, and the service refuses the POST
+        assert browser.eval(f"document.querySelector('{card.format('t01')} .approve').disabled") is True
+        assert "an approver decides" in browser.eval(
+            f"document.querySelector('{card.format('t01')}').innerText"
         )
+        refused = browser.eval(
+            "api('POST', '/approvals/web-run/t01', {action: 'approve'}).then(() => 'accepted', e => e.message)"
+        )
+        assert "needs a bearer token of role" in refused
         assert read_decision(run_dir, "t01") is None
 
         browser.click("#signout")
@@ -260,3 +173,47 @@ def test_sign_in_with_a_token_and_decide_as_its_user(tmp_path: Path, browser: De
         # the token is kept in this tab's sessionStorage and sent as a header, never as a cookie
         assert browser.eval("document.cookie") == ""
         assert browser.eval("sessionStorage.getItem('rlloop.token')") == tokens["grace"]
+
+
+def test_the_page_says_when_the_service_stops_answering(tmp_path: Path, browser: DevTools) -> None:
+    home = tmp_path / "home"
+    _publish(home / "runs" / "web-run", "t01", 1)
+    with running_service(home, no_auth=True) as client:
+        browser.call("Page.navigate", url=str(client.base_url))
+        browser.wait("document.body.dataset.loaded === 'true'")
+        assert browser.eval("document.querySelector('#offline').hidden") is True
+    # the service is gone: the next poll says so, and the card stays for when it is back
+    banner = browser.wait(
+        "!document.querySelector('#offline').hidden && document.querySelector('#offline').textContent",
+        timeout=20,
+    )
+    assert "The service is unreachable" in banner
+    assert browser.eval("document.querySelectorAll('.approval').length") == 1
+
+
+def test_what_a_run_wrote_is_shown_as_text_never_as_html(tmp_path: Path, browser: DevTools) -> None:
+    home = tmp_path / "home"
+    hostile = '<img src=x onerror="window.pwned = 1"><b>bold</b>'
+    proposal = Proposal(
+        hypothesis=hostile,
+        rationale=hostile,
+        recipe="sft",
+        hyperparameters={"learning_rate": 1e-3, "<i>name</i>": hostile},
+    )
+    publish_pending(home / "runs" / "web-run", TrialRecord(trial_id="t01", index=1, proposal=proposal))
+    (home / "runs" / "web-run" / "run.json").write_text(
+        json.dumps({"benchmark": "arith", "approval": "always"})
+    )
+    with running_service(home, no_auth=True) as client:
+        for url in (str(client.base_url), f"{client.base_url}/runs/web-run"):
+            browser.call("Page.navigate", url=url)
+            browser.wait(
+                "document.body.dataset.loaded === 'true' && document.querySelector('.approval') !== null"
+            )
+            card = browser.eval("document.querySelector('.approval').innerText")
+            assert hostile in card  # the literal text, as written
+            assert (
+                browser.eval("document.querySelectorAll('.approval img, .approval b, .approval i').length")
+                == 0
+            )
+            assert browser.eval("window.pwned === undefined") is True
