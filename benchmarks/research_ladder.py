@@ -21,7 +21,8 @@ paired by seed; then the rung's property check:
 - the base model is above the floor and below the ceiling on the hidden test set (>= 5% and < 40%);
 - one trial of the default recipe at the per-trial budget stays below 70% (valid score of `seeds`' first trial);
 - some reachable configuration beats that one trial by >= 15 points (the best private score any run reached);
-- two regions of the space (recipe x learning-rate factor) differ by more than 3 standard errors (trial valid scores).
+- two regions of the space (recipe x start, from the base model or a checkpoint, x log10 learning rate) differ by more
+  than 3 standard errors (trial valid scores).
 
 `--quick`: the arith rung at four 10-s trials, 3 seeds of (a), (b) and the tree; `--smoke` (the suite's check that it runs end to end):
 one seed, two 4-second trials, (a) and the tree, nothing ranked. `--plots DIR` writes one PNG per rung.
@@ -138,6 +139,7 @@ def read_run(run_dir: Path) -> dict[str, Any]:
             {
                 "recipe": (trial.get("proposal") or {}).get("recipe"),
                 "lr": ((trial.get("proposal") or {}).get("hyperparameters") or {}).get("learning_rate"),
+                "start": "base" if (trial.get("proposal") or {}).get("init_from") is None else "checkpoint",
                 "valid": trial.get("valid_score"),
                 "private": private,
                 "status": trial.get("status"),
@@ -252,13 +254,12 @@ def property_check(
             else f"best private {top:.3f}, {100 * (top - one):+.1f} points",
         )
     )
-    regions: dict[tuple[str, float], list[float]] = defaultdict(list)
+    regions: dict[tuple[str, str, float], list[float]] = defaultdict(list)
     for run in runs:
         for trial in run["trials"]:
             if trial["valid"] is not None and trial["recipe"]:
-                regions[(trial["recipe"], round(math.log10(trial["lr"]), 1) if trial["lr"] else 0.0)].append(
-                    float(trial["valid"])
-                )
+                rate = round(math.log10(trial["lr"]), 1) if trial["lr"] else 0.0
+                regions[(trial["recipe"], trial.get("start", "base"), rate)].append(float(trial["valid"]))
     scored = {k: mean_se(v) for k, v in regions.items() if len(v) >= 2}
     apart = None
     if len(scored) >= 2:
@@ -269,7 +270,7 @@ def property_check(
         apart = (hi, lo, gap, gap / se)
     checks.append(
         (
-            f"two regions (recipe x log10 lr) differ by > {REGION_SE:g} SE",
+            f"two regions (recipe x start x log10 lr) differ by > {REGION_SE:g} SE",
             None if apart is None else apart[3] > REGION_SE,
             "n/a (fewer than two regions with 2+ trials)"
             if apart is None

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from datasets import Dataset
+from transformers import PreTrainedTokenizerBase
 
 from tasks.chat import ChatPrompts
 
@@ -70,6 +71,54 @@ def prompt_completion_dataset(
     return Dataset.from_dict(
         {"prompt": [r["prompt"] for r in rows], "completion": [r["answer"] + end for r in rows]}
     )
+
+
+def tokenized_sft_dataset(
+    path: Path,
+    tokenizer: PreTrainedTokenizerBase,
+    *,
+    max_length: int,
+    completion_only_loss: bool = True,
+    max_samples: int | None = None,
+    chat: ChatPrompts | None = None,
+) -> Dataset:
+    """For SFT, tokenized here in two batched calls: `input_ids` and `labels` (-100 outside the loss), the rows TRL's
+    SFTTrainer would build from `prompt_completion_dataset` (EOS appended, the completion starting where prompt and
+    prompt+completion tokens part, truncated from the end to `max_length`, rows with nothing left in the loss
+    dropped). TRL does the same one row at a time through `datasets.map`: 3-7 s of every short trial's start-up on a
+    12,000-row file, against well under one here. Pass it with `dataset_kwargs={"skip_prepare_dataset": True}`."""
+    rows = read_jsonl(path, limit=max_samples, chat=chat)
+    end = chat.end_of_turn if chat is not None else ""
+    eos = tokenizer.eos_token or ""
+    prompts = [r["prompt"] for r in rows]
+    completions = [r["answer"] + end for r in rows]
+    completions = [c if c.endswith(eos) else c + eos for c in completions]
+    prompt_ids = tokenizer(prompts)["input_ids"]
+    full_ids = tokenizer([p + c for p, c in zip(prompts, completions, strict=True)])["input_ids"]
+    input_ids: list[list[int]] = []
+    labels: list[list[int]] = []
+    for prompt, full in zip(prompt_ids, full_ids, strict=True):
+        masked = _common_prefix_length(prompt, full) if completion_only_loss else 0
+        row_labels = ([-100] * masked + list(full[masked:]))[:max_length]
+        if all(label == -100 for label in row_labels):
+            continue  # truncation left nothing to learn from this row
+        input_ids.append(list(full[:max_length]))
+        labels.append(row_labels)
+    if not input_ids:
+        raise DataFileError(
+            f"{path}: every sample's answer falls beyond max_length={max_length} tokens; raise max_length"
+        )
+    return Dataset.from_dict({"input_ids": input_ids, "labels": labels})
+
+
+def _common_prefix_length(ids: list[int], other: list[int]) -> int:
+    """Leading tokens two sequences share: where the completion starts (as TRL's `common_prefix_length`)."""
+    length = 0
+    for a, b in zip(ids, other, strict=False):
+        if a != b:
+            break
+        length += 1
+    return length
 
 
 def prompt_answer_dataset(

@@ -163,9 +163,11 @@ def _number(value: Any) -> float | None:
 
 
 def append_result_row(results_csv: Path, row: ResultRow | Mapping[str, Any]) -> None:
-    """Append one row under an exclusive lock, writing the header for a new file; never loses earlier rows. A file
-    from before a column was added gets the new header first (its rows, with that column empty, written to a new
-    file that replaces it whole), so every row lines up with the header."""
+    """Append one row under an exclusive lock, writing the header for a new file; never loses another run's rows.
+    A run has one row: one interrupted and then resumed wrote a row when it stopped, and the row of its real end
+    replaces that one (the file rewritten whole, atomically). A file from before a column was added gets the new
+    header first (its rows, with that column empty, written to a new file that replaces it whole), so every row
+    lines up with the header."""
     values = row.model_dump() if isinstance(row, ResultRow) else row
     results_csv.parent.mkdir(parents=True, exist_ok=True)
     while True:
@@ -179,6 +181,8 @@ def append_result_row(results_csv: Path, row: ResultRow | Mapping[str, Any]) -> 
                 if header is not None and header != RESULTS_COLUMNS:
                     _upgrade_header(handle, results_csv)
                     continue
+                if header is not None and _replace_row(handle, results_csv, values):
+                    return
                 handle.seek(0, 2)
                 writer = csv.DictWriter(handle, fieldnames=RESULTS_COLUMNS, extrasaction="ignore")
                 if handle.tell() == 0:
@@ -195,6 +199,26 @@ def _same_file(handle: IO[str], path: Path) -> bool:
         return os.fstat(handle.fileno()).st_ino == os.stat(path).st_ino
     except FileNotFoundError:
         return False
+
+
+def _replace_row(handle: IO[str], results_csv: Path, values: Mapping[str, Any]) -> bool:
+    """Write `values` in place of the rows of the same run (the whole file replaced atomically), if there are any;
+    False when the run has no row yet, so the caller appends."""
+    run_id = str(values.get("run_id") or "")
+    handle.seek(0)
+    rows = list(csv.DictReader(handle))
+    if not run_id or not any(r.get("run_id") == run_id for r in rows):
+        return False
+    kept = [r for r in rows if r.get("run_id") != run_id]
+    new = {k: ("" if values.get(k) is None else values[k]) for k in RESULTS_COLUMNS}
+
+    def write(out: IO[str]) -> None:
+        writer = csv.DictWriter(out, fieldnames=RESULTS_COLUMNS, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows([*kept, new])
+
+    atomic_write(results_csv, write)
+    return True
 
 
 def _upgrade_header(handle: IO[str], results_csv: Path) -> None:

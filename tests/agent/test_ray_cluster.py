@@ -6,7 +6,7 @@ What a real cluster does that one in-process Ray instance never did: trials land
 which; a GPU id is the one Ray assigned on that node; a node removed mid-trial ends its trial as `worker_lost` (or
 retries it on the other node) with nothing left running; the driver killed with SIGKILL while its trial runs on a
 worker node, then `rlloop resume`, repeats nothing finished and leaves nothing behind; a sweep spread over the nodes
-writes each results row once; and a node that does not see RLLOOP_HOME (made real: it runs in its own mount namespace
+survives the Ray worker of one run killed mid-trial and writes each results row once; and a node that does not see RLLOOP_HOME (made real: it runs in its own mount namespace
 with a tmpfs over the home) stops the run before anything is trained, named.
 
 Run them alone with `pytest -m ray_cluster`.
@@ -336,9 +336,12 @@ def test_driver_killed_while_trials_run_on_nodes_then_resumed(
 
 
 @pytest.mark.slow
-def test_a_sweep_across_nodes_writes_each_results_row_once(
+def test_a_sweep_across_nodes_survives_a_worker_killed_and_writes_each_row_once(
     cluster: LocalCluster, tiny_model_home: Path
 ) -> None:
+    """Two runs of a sweep, one per worker node; the Ray worker running one research loop is SIGKILLed mid-trial.
+    Ray retries that task (`max_retries=1`) and the run resumes, redoing the interrupted trial, not losing it; each
+    run's results row is written once."""
     from rich.console import Console
 
     from agent.sweeps.driver import run_sweep
@@ -364,15 +367,40 @@ def test_a_sweep_across_nodes_writes_each_results_row_once(
         },
     )
     home = tiny_model_home.resolve()
+    victim = next(iter(spec.combinations())).run_id("sw-nodes")
+    victim_dir = home / "runs" / victim
+    killed: list[int] = []
+
+    def kill_worker_mid_trial() -> None:
+        log = victim_dir / "trials" / "t01" / "log.txt"
+        deadline = time.monotonic() + 400
+        while time.monotonic() < deadline and not (log.exists() and log.stat().st_size > 0):
+            time.sleep(0.3)
+        research_pid = int((victim_dir / "pid").read_text())
+        worker_pid = int(Path(f"/proc/{research_pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        os.kill(worker_pid, signal.SIGKILL)  # the Ray worker running the research loop and its trial
+        killed.append(worker_pid)
+
+    killer = threading.Thread(target=kill_worker_mid_trial, daemon=True)
+    killer.start()
     # 2 CPUs a run, a whole worker node: the two runs go to the two nodes at once
     manifest = run_sweep(
-        spec, home, console=Console(file=io.StringIO()), executor=RayExecutor(None, num_cpus=2), refresh_s=0.5
+        spec,
+        home,
+        console=Console(file=io.StringIO()),
+        executor=RayExecutor(None, num_cpus=2, max_retries=1),
+        refresh_s=0.5,
     )
+    killer.join(timeout=5)
+    assert killed, "the victim's trial never started"
     assert manifest.status == "finished", manifest.model_dump_json(indent=1)
-    assert all(e.attempts == 1 for e in manifest.entries.values())
+    state = read_state(victim_dir)
+    assert state["status"] == "finished"
+    assert [t["trial_id"] for t in state["trials"]] == ["t01"]  # the interrupted trial was redone, not lost
+    assert "resuming" in (victim_dir / "run.log").read_text()
     with open(home / "results.csv", newline="") as handle:
         rows = [row["run_id"] for row in csv.DictReader(handle)]
-    assert sorted(rows) == sorted(manifest.entries), rows  # each run's row, once
+    assert sorted(rows) == sorted(manifest.entries), rows  # each run's row, once, the retried run's too
 
 
 def _start_node_without(folder: Path, address: str) -> subprocess.Popen[bytes]:

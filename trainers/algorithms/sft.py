@@ -8,7 +8,7 @@ import torch
 from pydantic import Field
 
 from trainers.config import TrainerConfig
-from trainers.data import chat_prompts, prompt_completion_dataset
+from trainers.data import chat_prompts, tokenized_sft_dataset
 from trainers.finish import finish_trl, prepare_output_dir
 from trainers.registry import Recipe, register_recipe
 from trainers.result import TrainResult
@@ -46,10 +46,15 @@ def run_sft(config: SFTRecipeConfig) -> TrainResult:
     torch.set_num_threads(config.torch_threads)
     seed_everything(config.seed)
     staging = prepare_output_dir(config.output_dir)
-    dataset = prompt_completion_dataset(
-        config.train_file, max_samples=config.max_train_samples, chat=chat_prompts(config)
-    )
     model, tokenizer = load_model_and_tokenizer(config.model_path)
+    dataset = tokenized_sft_dataset(
+        config.train_file,
+        tokenizer,
+        max_length=config.max_length,
+        completion_only_loss=config.completion_only_loss,
+        max_samples=config.max_train_samples,
+        chat=chat_prompts(config),
+    )
     log(f"sft: {len(dataset)} samples, model {config.model_path}, up to {config.max_steps} steps")
     args = SFTConfig(
         **base_training_args(config, staging),
@@ -60,6 +65,7 @@ def run_sft(config: SFTRecipeConfig) -> TrainResult:
         completion_only_loss=config.completion_only_loss,
         packing=False,
         dataset_num_proc=None,
+        dataset_kwargs={"skip_prepare_dataset": True},  # tokenized above, in one batched pass
     )
     run = train_trl(
         SFTTrainer, config, model=model, args=args, train_dataset=dataset, processing_class=tokenizer

@@ -25,6 +25,17 @@ def test_rows_append_under_concurrency(tmp_path: Path) -> None:
     assert csv_path.read_text().splitlines()[0].split(",") == RESULTS_COLUMNS
 
 
+def test_a_resumed_runs_row_replaces_the_one_it_wrote_when_interrupted(tmp_path: Path) -> None:
+    csv_path = tmp_path / "results.csv"
+    append_result_row(csv_path, {"run_id": "a", "success": False, "best_score": None})  # interrupted
+    append_result_row(csv_path, {"run_id": "b", "success": True, "best_score": 0.4})
+    append_result_row(csv_path, {"run_id": "a", "success": True, "best_score": 0.7})  # resumed, then finished
+    rows = read_results(csv_path)
+    assert [(r["run_id"], r["best_score"]) for r in rows] == [("b", "0.4"), ("a", "0.7")]
+    assert csv_path.read_text().splitlines()[0].split(",") == RESULTS_COLUMNS
+    assert not list(tmp_path.glob(".*.tmp"))
+
+
 def test_plot(tmp_path: Path) -> None:
     path = plot_scores(tmp_path / "p.png", [0.3, 0.6, 0.5], 0.2, "run")
     assert path is not None and path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
