@@ -343,7 +343,11 @@ def ui(
     root = _home(home).resolve()
     cmd, env = ui_command(root, host=host, port=port, workers=workers)
     console.print(f"MLflow UI for sqlite:///{root / 'mlflow.db'} on http://{host}:{port}")
-    for name, link in review_links(root, f"http://{host}:{port}"):  # training runs, not the GenAI overview
+    # MLflow's own experiment pages open a fresh browser on the GenAI overview, whatever the experiment's kind tag
+    links = review_links(root, f"http://{host}:{port}")
+    if links:
+        console.print("training runs with a reviewer's columns (their Chart switch draws the score plots):")
+    for name, link in links:
         console.print(f"  {name}: {link}", soft_wrap=True)
     raise typer.Exit(run_child(cmd, env=env))  # its server worker stops with us
 

@@ -29,9 +29,14 @@ log = logging.getLogger(__name__)
 PARENT_TAG = "rlloop.run_id"
 TRIAL_TAG = "rlloop.trial_id"
 NODE_TAG = "rlloop.node"
-# MLflow 3 opens an experiment on its GenAI traces overview once it holds traces unless its kind says otherwise
+# The experiment's kind (MLflow's own value for model training), for the MLflow versions and tools that read it
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 EXPERIMENT_KIND = "custom_model_development"
+# MLflow 3.17's UI takes an experiment's kind from its workflow switch, never from this tag: the URL's
+# `workflowType`, else the browser's localStorage `mlflow.workflowType_v1`, else "genai". `rlloop ui` serves MLflow
+# so that a fresh browser starts on "Model training" (agent/run/mlflow_app.py), and every link rlloop hands out
+# carries the switch too (`ML_WORKFLOW`), for an MLflow server started some other way.
+ML_WORKFLOW = "workflowType=machine_learning"
 # A saved view of the experiment's training runs (MLflow's shared view state, an experiment tag), with the columns a
 # reviewer compares; `runs_url` opens it with the GenAI switch off, whatever a fresh browser would default to.
 REVIEW_VIEW_KEY = "rlloop-review"
@@ -295,8 +300,10 @@ class Tracker:
         self.client.set_terminated(parent, status="FINISHED" if success else "FAILED")
 
     def run_url(self, parent: str, ui_base: str = "http://127.0.0.1:5000") -> str:
+        """The parent run's MLflow page with the GenAI switch off: without it a fresh browser shows the run under
+        the GenAI pages (its experiment link going to "Evaluation runs", not the training runs)."""
         run = self.client.get_run(parent)
-        return f"{ui_base}/#/experiments/{run.info.experiment_id}/runs/{parent}"
+        return f"{ui_base}/#/experiments/{run.info.experiment_id}/runs/{parent}?{ML_WORKFLOW}"
 
     def save_review_view(self, experiment_id: str) -> None:
         """(Re)write the experiment's review view (the tag `runs_url` opens)."""
@@ -335,7 +342,7 @@ def review_links(root: Path, ui_base: str) -> list[tuple[str, str]]:
             links.append(
                 (
                     experiment.name,
-                    f"{base}/runs?workflowType=machine_learning&viewStateShareKey={REVIEW_VIEW_KEY}",
+                    f"{base}/runs?{ML_WORKFLOW}&viewStateShareKey={REVIEW_VIEW_KEY}",
                 )
             )
         return links
@@ -349,8 +356,16 @@ def runs_url(run_url: str) -> str | None:
     MLflow 3 browser opens an experiment on its GenAI overview otherwise), from the parent run's page URL."""
     if "/runs/" not in run_url:
         return None
-    base = run_url.rsplit("/runs/", 1)[0]
-    return f"{base}/runs?workflowType=machine_learning&viewStateShareKey={REVIEW_VIEW_KEY}"
+    base = run_url.split("?", 1)[0].rsplit("/runs/", 1)[0]
+    return f"{base}/runs?{ML_WORKFLOW}&viewStateShareKey={REVIEW_VIEW_KEY}"
+
+
+def scores_url(run_url: str) -> str | None:
+    """The parent run's metric charts (MLflow's "Model metrics" tab: score, best_score, improvement, ... over
+    submissions), from the parent run's page URL, with the GenAI switch off."""
+    if "/runs/" not in run_url:
+        return None
+    return f"{run_url.split('?', 1)[0].rstrip('/')}/model-metrics?{ML_WORKFLOW}"
 
 
 @contextlib.contextmanager
@@ -424,7 +439,8 @@ def traced_nodes(cls: Nodes) -> Nodes:
 
 def ui_command(root: Path, *, host: str, port: int, workers: int = 1) -> tuple[list[str], dict[str, str]]:
     """The MLflow UI on a run store, lean: `workers` server processes (uvicorn runs one in-process) and no job
-    runners (MLflow 3 starts huey consumers for its GenAI jobs by default; rlloop queues none)."""
+    runners (MLflow 3 starts huey consumers for its GenAI jobs by default; rlloop queues none); served through
+    `agent.run.mlflow_app`, so a fresh browser opens an experiment on its training runs, not the GenAI overview."""
     cmd = [
         sys.executable,
         "-m",
@@ -441,5 +457,18 @@ def ui_command(root: Path, *, host: str, port: int, workers: int = 1) -> tuple[l
         "--workers",
         str(workers),
     ]
+    if _review_app_installed():
+        cmd += ["--app-name", REVIEW_APP]  # MLflow's app, opening a fresh browser on the training runs
     env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
     return cmd, env
+
+
+REVIEW_APP = "rlloop-review"  # the `mlflow.app` entry point of agent.run.mlflow_app
+
+
+def _review_app_installed() -> bool:
+    """Whether this environment's rlloop was installed with its `mlflow.app` entry point (an install from before it
+    was added has not: `pip install -e .` again); without it `rlloop ui` serves MLflow's plain app."""
+    from importlib.metadata import entry_points
+
+    return any(e.name == REVIEW_APP for e in entry_points(group="mlflow.app"))

@@ -167,6 +167,9 @@ class RunPage(BaseModel):
     mlflow_runs_url: str | None = Field(
         default=None, description="The run's experiment, training runs table."
     )
+    mlflow_scores_url: str | None = Field(
+        default=None, description="The MLflow parent run's metric charts: score over submissions."
+    )
     links: dict[str, str | None] = Field(default_factory=dict)
 
 

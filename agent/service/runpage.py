@@ -254,6 +254,7 @@ class RunRecords:
             history=self.history(),
             mlflow_url=mlflow_url,
             mlflow_runs_url=experiment_url(mlflow_url),
+            mlflow_scores_url=score_charts_url(mlflow_url),
             links={"api": f"/runs/{summary.run_id}", "page": "/", "cancel": summary.links.cancel},
         )
 
@@ -323,6 +324,15 @@ def experiment_url(run_url: str | None) -> str | None:
     from agent.run.tracking import runs_url
 
     return runs_url(run_url)
+
+
+def score_charts_url(run_url: str | None) -> str | None:
+    """The MLflow parent run's metric charts, score over submissions (`agent.run.tracking.scores_url`)."""
+    if not run_url:
+        return None
+    from agent.run.tracking import scores_url
+
+    return scores_url(run_url)
 
 
 def etag_of(body: Any) -> str:

@@ -41,7 +41,7 @@ def test_run_cancel_resume_and_terminate_through_the_api(tiny_model_home: Path) 
             assert body["pending_approvals"] == ["t01"]
             assert body["baseline"] is not None and body["current"]["trial_id"] == "t01"
             assert body["mlflow_parent"] and "#/experiments/" in body["mlflow_url"]
-            assert body["mlflow_url"].endswith(f"/runs/{body['mlflow_parent']}")
+            assert body["mlflow_url"].endswith(f"/runs/{body['mlflow_parent']}?workflowType=machine_learning")
             approvals = client.get("/approvals").json()
             assert [(a["run_id"], a["trial_id"], a["run_active"]) for a in approvals] == [
                 ("svc-1", "t01", True)

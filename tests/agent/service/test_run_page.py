@@ -269,6 +269,12 @@ def test_the_mlflow_link_opens_the_training_runs_for_a_fresh_browser(shared: Sha
     view = shared.client.get(f"/runs/{RUN}/view").json()
     url = view["mlflow_runs_url"]
     assert url and "workflowType=machine_learning" in url and "viewStateShareKey=rlloop-review" in url
+    # the parent's score plot, one click from the run page (test_mlflow_landing.py opens it in a fresh browser)
+    scores = view["mlflow_scores_url"]
+    assert scores == view["mlflow_url"].replace("?", "/model-metrics?")
+    shared.sign_in("val")
+    assert shared.browser.eval("document.querySelector('#mlflow-scores').getAttribute('href')") == scores
+    assert shared.browser.eval("document.querySelector('#mlflow-runs').getAttribute('href')") == url
     port = int(url.split("://", 1)[1].split("/", 1)[0].rsplit(":", 1)[1])
     cmd, env = ui_command(shared.home, host="127.0.0.1", port=port)
     ui = subprocess.Popen(

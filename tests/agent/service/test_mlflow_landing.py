@@ -1,0 +1,233 @@
+"""Where MLflow opens for a reviewer: the links rlloop hands out, in real Chromium with a fresh profile each, on a real
+MLflow UI (`rlloop ui`'s command) over a real store written the way a run writes it (parent, traced node, trials,
+scores over submissions).
+
+MLflow 3.17 takes an experiment's kind from its GenAI / Model training switch (the URL's `workflowType`, else the
+browser's localStorage, else "genai"), not from the `mlflow.experimentKind` tag, so plain MLflow opens a fresh browser
+on the GenAI overview; `rlloop ui` serves it so that a fresh browser starts on Model training (agent.run.mlflow_app),
+and every link rlloop prints or serves carries the switch as well.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from agent.proposers.base import Proposal, TrialRecord
+from agent.run.tracking import EXPERIMENT_KIND_TAG, Tracker, review_links, runs_url, scores_url, ui_command
+from tests.agent.service.browser import DevTools, chromium, skip_without_chromium
+from tests.agent.service.support import free_port
+
+skip_without_chromium()
+pytestmark = pytest.mark.slow
+
+RUN = "landing-1"
+SWITCH = "mlflow.workflowType_v1"  # where MLflow 3.17 keeps a browser's GenAI / Model training switch
+# the sort headers MLflow's runs table draws for the review view's columns (what a reviewer compares)
+COLUMNS = (
+    "baseline_score",
+    "best_score",
+    "improvement",
+    "submission_count",
+    "valid_score",
+    "recipe",
+    "rlloop.isolation",
+)
+
+
+@dataclass
+class Store:
+    home: Path
+    ui: str
+    experiment_id: str
+    run_url: str  # the parent run's page, as the service's API gives it (`Tracker.run_url`)
+    printed: str  # the link `rlloop ui` prints for the experiment
+
+
+def _write_run(home: Path) -> tuple[str, str]:
+    """What a run writes: its parent (params, a traced node, the baseline), three trials and their submissions' scores,
+    the final tags. Returns (experiment id, parent run id)."""
+    tracker = Tracker(f"sqlite:///{home / 'mlflow.db'}", home / "mlartifacts")
+    parent = tracker.start_parent(RUN, "arith", {"isolation": "process", "loop_n": 3}, environment={})
+    with tracker.node_trace("prepare", run_id=RUN, benchmark="arith", trial_id=None, inputs={}) as span:
+        pass
+    assert span is not None  # the experiment holds traces: what makes MLflow 3 lean to its GenAI pages
+    tracker.link(span.trace_id, parent)
+    tracker.log_metrics(parent, {"baseline_score": 0.25}, step=0)
+    best = 0.25
+    for step, score in enumerate((0.3, 0.5, 0.4), start=1):
+        trial = TrialRecord(
+            trial_id=f"t{step:02d}",
+            index=step,
+            proposal=Proposal(hypothesis="more steps", recipe="sft"),
+            status="succeeded",
+            score=score,
+            submission_id=step,
+            valid_score=score - 0.01,
+            duration_s=2.0,
+        )
+        tracker.log_trial(parent, RUN, "arith", trial, [])
+        best = max(best, score)
+        scores = {"score": score, "best_score": best, "submission_count": step, "improvement": best - 0.25}
+        tracker.log_metrics(parent, scores, step=step)
+        tracker.log_metrics(parent, {"valid_score": score - 0.01}, step=step)
+    tracker.set_tags(parent, {"rlloop.isolation": "process", "rlloop.status": "finished"})
+    tracker.finish(parent, True)
+    experiment_id = tracker.experiment_id("arith")
+    kind = tracker.client.get_experiment(experiment_id).tags[EXPERIMENT_KIND_TAG]
+    assert kind == "custom_model_development"
+    return experiment_id, parent
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Store]:
+    home = tmp_path_factory.mktemp("mlflow-landing")
+    experiment_id, parent = _write_run(home)
+    port = free_port()
+    ui = f"http://127.0.0.1:{port}"
+    [(name, printed)] = review_links(home, ui)
+    assert name == "rlloop/arith"
+    cmd, env = ui_command(home, host="127.0.0.1", port=port)
+    server = subprocess.Popen(
+        cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            assert server.poll() is None and time.monotonic() < deadline, "the MLflow UI did not start"
+            try:
+                if httpx.get(f"{ui}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.5)
+        run_url = Tracker(f"sqlite:///{home / 'mlflow.db'}", home / "mlartifacts").run_url(parent, ui)
+        assert run_url == f"{ui}/#/experiments/{experiment_id}/runs/{parent}?workflowType=machine_learning"
+        yield Store(home, ui, experiment_id, run_url, printed)
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        try:
+            server.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait()
+
+
+def _fresh(b: DevTools, url: str) -> None:
+    """Open `url` in the fresh profile, wide enough that the grid draws every column (it draws what is on screen)."""
+    b.call("Emulation.setDeviceMetricsOverride", width=2400, height=1000, deviceScaleFactor=1, mobile=False)
+    b.call("Page.navigate", url=url)
+
+
+def _switch_untouched(b: DevTools) -> bool:
+    """The browser's GenAI / Model training switch is a fresh user's: unset, or rlloop ui's default."""
+    return bool(b.eval(f"[null, '\"machine_learning\"'].includes(localStorage.getItem({SWITCH!r}))"))
+
+
+def _headers(b: DevTools) -> list[str]:
+    return list(
+        b.eval(
+            "[...document.querySelectorAll('[data-testid^=\"sort-header-\"]')]"
+            ".map(e => e.dataset.testid.slice('sort-header-'.length))"
+        )
+    )
+
+
+def test_a_fresh_browser_opens_the_experiment_on_its_training_runs_and_a_reviewers_choice_is_kept(
+    store: Store, tmp_path: Path
+) -> None:
+    """Plain MLflow 3.17 sends a fresh browser from the experiments list (or a bare `#/experiments/<id>`) to the GenAI
+    overview, whatever the experiment's kind tag says; `rlloop ui` (agent.run.mlflow_app) starts it on the training
+    runs instead. It is only a default: a reviewer who turns the GenAI switch on gets the GenAI pages."""
+    with chromium(tmp_path) as b:
+        _fresh(b, f"{store.ui}/#/experiments")
+        link = f"a[href*='/experiments/{store.experiment_id}']"
+        b.wait(f"document.querySelector({link!r}) !== null", 90)
+        b.click(link)  # the experiment's name in MLflow's own list
+        b.wait(f"location.hash.includes('/runs') && document.body.innerText.includes({RUN!r})", 90)
+        hash_ = b.eval("location.hash")
+        assert "overview" not in hash_ and "genai" not in hash_, hash_
+        assert b.eval(f"localStorage.getItem({SWITCH!r})") == '"machine_learning"'
+        assert "Tool calls" not in b.eval("document.body.innerText")
+        b.eval(
+            f"localStorage.setItem({SWITCH!r}, JSON.stringify('genai'))"
+        )  # as the sidebar switch stores it
+        b.call("Page.navigate", url=f"{store.ui}/#/experiments/{store.experiment_id}")
+        b.call("Page.reload", ignoreCache=True)
+        b.wait("location.hash.includes('/overview')", timeout=90)
+        assert "workflowType=genai" in b.eval("location.hash")
+
+
+def test_the_links_rlloop_hands_out_land_on_the_training_runs_with_the_reviewers_columns(
+    store: Store, tmp_path: Path
+) -> None:
+    """`rlloop ui`'s printed link and the run page's "its trials compared" (`runs_url` of the API's run link) are one
+    URL: the training runs table in the review view, every reviewer's column drawn, not the GenAI overview."""
+    assert runs_url(store.run_url) == store.printed
+    with chromium(tmp_path) as b:
+        _fresh(b, store.printed)
+        b.wait(
+            f"document.body.innerText.includes({RUN!r}) && document.body.innerText.includes('rlloop.isolation')",
+            90,
+        )
+        hash_ = b.eval("location.hash")
+        assert f"/experiments/{store.experiment_id}/runs?" in hash_ and "overview" not in hash_
+        assert "workflowType=machine_learning" in hash_ and _switch_untouched(b)
+        assert set(COLUMNS) <= set(_headers(b)), _headers(b)
+        text = b.eval("document.body.innerText")
+        assert "You're viewing a shared view" in text  # the view the run saved, not a fresh default
+        assert "Tool calls" not in text and "Token Usage" not in text  # not the GenAI overview
+        assert b.eval("document.querySelector('input[name=runs-view-mode][value=TABLE]').checked")
+        b.screenshot(tmp_path / "mlflow-runs.png", 1400)
+
+
+def test_the_score_plot_is_one_click_from_the_landing_and_one_link_from_the_run_page(
+    store: Store, tmp_path: Path
+) -> None:
+    """From the training runs table, one click ("Chart") draws the parent's score over submissions; the run page's
+    "its score plot" (`scores_url`) opens the parent run's Model metrics tab on the same chart."""
+    (tmp_path / "landing").mkdir()
+    (tmp_path / "direct").mkdir()
+    with chromium(tmp_path / "landing") as b:
+        _fresh(b, store.printed)
+        b.wait(f"document.body.innerText.includes({RUN!r})", timeout=90)
+        b.click("input[name=runs-view-mode][value=CHART]")
+        b.wait(f"document.body.innerText.includes('{RUN} (score)')", timeout=60)  # the line chart's legend
+        assert "compareRunsMode=CHART" in b.eval("location.hash")
+        assert "Step" in b.eval("document.body.innerText")  # a line over steps (submissions), not a bar
+    link = scores_url(store.run_url)
+    assert link == store.run_url.replace("?", "/model-metrics?")
+    with chromium(tmp_path / "direct") as b:
+        _fresh(b, link)
+        b.wait(f"document.body.innerText.includes('{RUN} (score)')", timeout=90)
+        assert b.eval("location.hash").split("?")[0].endswith("/model-metrics")  # the run's Model metrics tab
+        for metric in ("best_score", "improvement", "valid_score"):
+            assert f"{RUN} ({metric})" in b.eval("document.body.innerText")
+        b.screenshot(tmp_path / "mlflow-scores.png", 1400)
+
+
+def test_the_run_link_opens_the_parent_under_model_training_one_click_from_its_scores(
+    store: Store, tmp_path: Path
+) -> None:
+    """The run page's "this run" (the API's `mlflow_url`): the parent run with the switch on Model training, so its
+    experiment link leads to the training runs (a fresh browser's GenAI pages would send it to "Evaluation runs"),
+    and its `score` metric one click from the chart."""
+    with chromium(tmp_path) as b:
+        _fresh(b, store.run_url)
+        b.wait(
+            "document.body.innerText.includes('Model metrics') && document.body.innerText.includes('t01')", 90
+        )
+        links = b.eval("[...document.querySelectorAll('a')].map(a => a.getAttribute('href') || '')")
+        runs = f"#/experiments/{store.experiment_id}/runs?workflowType=machine_learning"
+        assert runs in links and not any("evaluation-runs" in link for link in links), links
+        b.click("a[href$='/model-metrics']")  # the first metric's name in the run's Metrics table
+        b.wait(f"document.body.innerText.includes('{RUN} (score)')", timeout=60)
+        assert b.eval("location.hash").split("?")[0].endswith("/model-metrics") and _switch_untouched(b)
