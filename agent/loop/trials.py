@@ -374,13 +374,18 @@ def outcome(record: TrialRecord, result: SandboxResult, paths: RunPaths, started
     return record
 
 
+DEFAULT_RECIPE = "sft"  # first when a run names no recipes: what `--proposer fixed` runs, needing nothing else
+
+
 def allowed_recipes(allowed: str | None) -> list[str]:
-    """Registered recipes, limited to the run's `--recipes` list when it gives one (in that order)."""
+    """Registered recipes, limited to the run's `--recipes` list when it gives one (in that order). Without one,
+    `DEFAULT_RECIPE` comes first: "the first allowed recipe" is then one that trains anywhere, not the alphabet's
+    first (`coach`, which needs an LLM endpoint)."""
     from trainers.registry import list_recipes
 
     known = [r.name for r in list_recipes()]
     if not allowed:
-        return known
+        return sorted(known, key=lambda name: name != DEFAULT_RECIPE)
     wanted = [r.strip() for r in allowed.split(",") if r.strip()]
     unknown = [r for r in wanted if r not in known]
     if unknown:

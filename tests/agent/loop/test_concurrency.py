@@ -170,32 +170,31 @@ def test_four_trials_two_at_a_time(reference_k2: dict[str, Any]) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("failpoint", ["trained:1", "submit:2"])
-def test_kill_9_mid_concurrent_step_then_resume(
-    failpoint: str, reference_k2: dict[str, Any], tiny_model_home: Path
-) -> None:
-    """trained:1: t01's outcome is on disk, t02 may still train, the step is not checkpointed; submit:2: t02 (the
-    queued trial) is graded, not yet recorded. Resumed, the run equals the uninterrupted one: no trial trained or
-    submitted twice."""
+def test_kill_9_mid_concurrent_step_then_resume(reference_k2: dict[str, Any], tiny_model_home: Path) -> None:
+    """Killed at trained:1 (t01's outcome is on disk, t02 may still train, the step is not checkpointed), then,
+    resumed, at submit:2 (t02, the queued trial, graded, not yet recorded). Resumed again, the run equals the
+    uninterrupted one: no trial trained or submitted twice."""
     home = tiny_model_home
-    run_id = f"k2-{failpoint.replace(':', '-')}"
-    crashed = _run(home, "run", "--run-id", run_id, *K2, RLLOOP_FAILPOINT=failpoint)
-    assert crashed.returncode == -signal.SIGKILL, crashed.stdout + crashed.stderr
-    run_dir = home / "runs" / run_id
-    _assert_nothing_left(run_dir)
+    run_dir = home / "runs" / "k2-crash"
     t01_log = run_dir / "trials" / "t01" / "log.txt"
-    t01_before = t01_log.stat().st_mtime_ns
+    t01_before = 0
+    for attempt, failpoint in enumerate(["trained:1", "submit:2"]):
+        command = ["run", "--run-id", "k2-crash", *K2] if attempt == 0 else ["resume", "k2-crash"]
+        crashed = _run(home, *command, RLLOOP_FAILPOINT=failpoint)
+        assert crashed.returncode == -signal.SIGKILL, failpoint + crashed.stdout + crashed.stderr
+        _assert_nothing_left(run_dir)
+        if attempt == 0:
+            t01_before = t01_log.stat().st_mtime_ns
 
-    resumed = _run(home, "resume", run_id)
+    resumed = _run(home, "resume", "k2-crash")
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     state = read_state(run_dir)
     assert state["status"] == "finished"
     assert _summary(state) == _summary(reference_k2["state"])
     assert state["submissions"] == reference_k2["state"]["submissions"]
     assert _submissions(run_dir) == reference_k2["submissions"]  # nothing graded twice
-    assert t01_log.stat().st_mtime_ns == t01_before  # t01 finished before the kill: not trained again
-    if failpoint == "trained:1":
-        assert "t01 finished before the interruption: not trained again" in (run_dir / "run.log").read_text()
+    assert t01_log.stat().st_mtime_ns == t01_before  # t01 finished before the first kill: never trained again
+    assert "t01 finished before the interruption: not trained again" in (run_dir / "run.log").read_text()
 
 
 def test_concurrent_trials_get_different_gpus_and_ray_keeps_its_own_cpus(tmp_path: Path) -> None:

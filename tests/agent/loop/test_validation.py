@@ -162,10 +162,10 @@ class _LiftsTwice:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("failpoint", ["submit:1", "validate:2"])
-def test_kill_9_then_resume_never_submits_twice_under_improved(failpoint: str, tiny_model_home: Path) -> None:
-    """Killed after grading (submit:1) or after validating, before the policy's decision was recorded (validate:2):
-    the resumed run's grader store holds each graded checkpoint once, and every trial the state says was submitted."""
+def test_kill_9_then_resume_never_submits_twice_under_improved(tiny_model_home: Path) -> None:
+    """Killed after grading (submit:1), then, resumed, killed after validating, before the policy's decision was
+    recorded (validate:2): the run resumed to its end has a grader store holding each graded checkpoint once, and
+    every trial the state says was submitted."""
     import signal
     import sqlite3
     import subprocess
@@ -186,8 +186,10 @@ def test_kill_9_then_resume_never_submits_twice_under_improved(failpoint: str, t
         return (run_dir / "run.log").read_text() if (run_dir / "run.log").exists() else "(no run.log)"
 
     args = [*ARGS, "--proposer", _LiftsTwice.name, "--submit", "improved"]
-    crashed = rlloop("run", "--run-id", "crash", *args, RLLOOP_FAILPOINT=failpoint)
-    assert crashed.returncode == -signal.SIGKILL, crashed.stdout + crashed.stderr + log()
+    for attempt, failpoint in enumerate(["submit:1", "validate:2"]):
+        command = ["run", "--run-id", "crash", *args] if attempt == 0 else ["resume", "crash"]
+        crashed = rlloop(*command, RLLOOP_FAILPOINT=failpoint)
+        assert crashed.returncode == -signal.SIGKILL, failpoint + crashed.stdout + crashed.stderr + log()
     resumed = rlloop("resume", "crash")
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr + log()
     state = read_state(run_dir)

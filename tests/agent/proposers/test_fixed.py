@@ -28,3 +28,15 @@ def test_trial_seconds_time_box_every_policy_alike() -> None:
     assert proposal.recipe == "grpo" and proposal.hyperparameters["learning_rate"] == DEFAULT_LR["grpo"]
     assert proposal.hyperparameters["max_seconds"] == 12.5 == proposal.estimated_cost_s
     assert proposal.hyperparameters["max_steps"] == TIME_BOXED_MAX_STEPS
+
+
+def test_a_run_that_names_no_recipes_runs_sft_not_the_alphabets_first() -> None:
+    """`rlloop run --proposer fixed` without `--recipes`: the registry's first name is `coach`, which needs an LLM
+    endpoint and fails every trial; the default recipe is sft."""
+    from agent.loop.trials import allowed_recipes
+
+    recipes = allowed_recipes(None)
+    assert recipes[0] == "sft" and "coach" in recipes
+    proposal = FixedProposer().propose(_ctx([], None, None).model_copy(update={"recipes": recipes}))
+    assert proposal.recipe == "sft"
+    assert allowed_recipes("grpo,sft") == ["grpo", "sft"]  # a list the run gives keeps its order

@@ -1,10 +1,12 @@
-"""A real uvicorn server for the run service on 127.0.0.1, in a thread of the test process."""
+"""A real uvicorn server for the run service on 127.0.0.1, in a thread of the test process; the MLflow UI as
+`rlloop ui` serves it, in a process of its own."""
 
 from __future__ import annotations
 
 import os
 import signal
 import socket
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -90,3 +92,33 @@ def wait_for(
                 return body
         time.sleep(0.3)
     raise AssertionError(f"run {run_id} never reached the expected state; last: {body}")
+
+
+@contextmanager
+def running_mlflow_ui(home: Path, port: int) -> Iterator[str]:
+    """`rlloop ui`'s MLflow server on `home`'s store at 127.0.0.1:`port` until the block ends; yields its address."""
+    from agent.run.tracking import ui_command
+
+    cmd, env = ui_command(home, host="127.0.0.1", port=port)
+    server = subprocess.Popen(
+        cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
+    address = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            assert server.poll() is None and time.monotonic() < deadline, "the MLflow UI did not start"
+            try:
+                if httpx.get(f"{address}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.5)
+        yield address
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        try:
+            server.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait()

@@ -10,21 +10,16 @@ and every link rlloop prints or serves carries the switch as well.
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
 import pytest
 
 from agent.proposers.base import Proposal, TrialRecord
-from agent.run.tracking import EXPERIMENT_KIND_TAG, Tracker, review_links, runs_url, scores_url, ui_command
+from agent.run.tracking import EXPERIMENT_KIND_TAG, Tracker, review_links, runs_url, scores_url
 from tests.agent.service.browser import DevTools, chromium, skip_without_chromium
-from tests.agent.service.support import free_port
+from tests.agent.service.support import free_port, running_mlflow_ui
 
 skip_without_chromium()
 pytestmark = pytest.mark.slow
@@ -95,30 +90,10 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Store]:
     ui = f"http://127.0.0.1:{port}"
     [(name, printed)] = review_links(home, ui)
     assert name == "rlloop/arith"
-    cmd, env = ui_command(home, host="127.0.0.1", port=port)
-    server = subprocess.Popen(
-        cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
-    )
-    try:
-        deadline = time.monotonic() + 180
-        while True:
-            assert server.poll() is None and time.monotonic() < deadline, "the MLflow UI did not start"
-            try:
-                if httpx.get(f"{ui}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.5)
+    with running_mlflow_ui(home, port):
         run_url = Tracker(f"sqlite:///{home / 'mlflow.db'}", home / "mlartifacts").run_url(parent, ui)
         assert run_url == f"{ui}/#/experiments/{experiment_id}/runs/{parent}?workflowType=machine_learning"
         yield Store(home, ui, experiment_id, run_url, printed)
-    finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        try:
-            server.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait()
 
 
 def _fresh(b: DevTools, url: str) -> None:

@@ -12,10 +12,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import struct
-import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,7 +21,14 @@ import httpx
 import pytest
 
 from tests.agent.service.browser import DevTools, chromium, skip_without_chromium
-from tests.agent.service.support import add_users, free_port, kill_workers, running_service, wait_for
+from tests.agent.service.support import (
+    add_users,
+    free_port,
+    kill_workers,
+    running_mlflow_ui,
+    running_service,
+    wait_for,
+)
 
 skip_without_chromium()
 pytestmark = pytest.mark.slow
@@ -257,6 +261,24 @@ def test_the_trial_view_shows_its_proposal_log_and_curves(shared: Shared) -> Non
     assert log.strip() in b.eval("document.querySelector('#trial-log').textContent")
     assert b.eval("document.querySelector('#trial-state').textContent") in ("graded", "kept back", "failed")
     assert "decided: edit by ada" in b.eval("document.querySelector('#trial-facts').innerText")
+    history = shared.home / "runs" / RUN / "trials" / "t02" / "output" / "log_history.jsonl"
+    if (
+        b.eval("document.querySelector('#trial-state').textContent") != "failed"
+    ):  # its curves, from its own log
+        rows = [json.loads(line) for line in history.read_text().splitlines() if line.strip()]
+        losses = [(row["step"], row["loss"]) for row in rows if isinstance(row.get("loss"), int | float)]
+        assert losses, rows
+        drawn = b.eval("[...document.querySelectorAll('#trial-view svg.metric')].map(s => s.dataset.metric)")
+        assert "loss" in drawn, drawn
+        label = b.eval(
+            "document.querySelector('#trial-view svg.metric[data-metric=\"loss\"] .plot-label').textContent"
+        )
+        assert label.startswith("loss: ") and f"(step {losses[0][0]}" in label, label
+        points = b.eval(
+            "document.querySelector('#trial-view svg.metric[data-metric=\"loss\"] polyline')"
+            ".getAttribute('points').trim().split(' ').length"
+        )
+        assert points == len(losses)  # one point per logged step
     b.screenshot(shared.out / "trial-view-1280.png", 1280)
     assert b.eval("document.documentElement.scrollWidth <= window.innerWidth + 1")  # long digests wrap
 
@@ -264,8 +286,6 @@ def test_the_trial_view_shows_its_proposal_log_and_curves(shared: Shared) -> Non
 def test_the_mlflow_link_opens_the_training_runs_for_a_fresh_browser(shared: Shared) -> None:
     """`rlloop ui` as a reviewer opens it from the run page: a fresh profile, the training runs table in the review
     view (not MLflow 3's GenAI overview), with the run and the columns a reviewer compares."""
-    from agent.run.tracking import ui_command
-
     view = shared.client.get(f"/runs/{RUN}/view").json()
     url = view["mlflow_runs_url"]
     assert url and "workflowType=machine_learning" in url and "viewStateShareKey=rlloop-review" in url
@@ -276,20 +296,7 @@ def test_the_mlflow_link_opens_the_training_runs_for_a_fresh_browser(shared: Sha
     assert shared.browser.eval("document.querySelector('#mlflow-scores').getAttribute('href')") == scores
     assert shared.browser.eval("document.querySelector('#mlflow-runs').getAttribute('href')") == url
     port = int(url.split("://", 1)[1].split("/", 1)[0].rsplit(":", 1)[1])
-    cmd, env = ui_command(shared.home, host="127.0.0.1", port=port)
-    ui = subprocess.Popen(
-        cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
-    )
-    try:
-        deadline = time.monotonic() + 180
-        while True:
-            assert ui.poll() is None and time.monotonic() < deadline, "the MLflow UI did not start"
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.5)
+    with running_mlflow_ui(shared.home, port):
         fresh = shared.out / "fresh-reviewer"
         fresh.mkdir(exist_ok=True)
         with chromium(fresh) as b:
@@ -314,10 +321,3 @@ def test_the_mlflow_link_opens_the_training_runs_for_a_fresh_browser(shared: Sha
             assert "workflowType=machine_learning" in b.eval("location.hash")
             assert "Tool calls" not in text and "Token Usage" not in text  # not the GenAI overview
             b.screenshot(shared.out / "mlflow-runs.png", 1400)
-    finally:
-        os.killpg(ui.pid, signal.SIGTERM)
-        try:
-            ui.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(ui.pid, signal.SIGKILL)
-            ui.wait()
