@@ -2,25 +2,19 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from grader.benchmarks import get_benchmark
 from tasks.chat import ChatPrompts
+from tests.trainers.conftest import write_jsonl
 from trainers.data import DataFileError, prompt_completion_dataset, tokenized_sft_dataset
 
 
 @pytest.fixture(scope="module")
 def train_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("sft-data") / "train.jsonl"
-    samples = get_benchmark("arith").load("train")[:40]  # type: ignore[arg-type]
-    path.write_text(
-        "".join(json.dumps({"id": s.id, "prompt": s.prompt, "answer": s.answer}) + "\n" for s in samples)
-    )
-    return path
+    return write_jsonl(tmp_path_factory.mktemp("sft-data") / "train.jsonl", "train", 40)
 
 
 def _trl_rows(
