@@ -21,8 +21,9 @@ paired by seed; then the rung's property check:
 - the base model is above the floor and below the ceiling on the hidden test set (>= 5% and < 40%);
 - one trial of the default recipe at the per-trial budget stays below 70% (valid score of `seeds`' first trial);
 - some reachable configuration beats that one trial by >= 15 points (the best private score any run reached);
-- two regions of the space (recipe x start, from the base model or a checkpoint, x log10 learning rate) differ by more
-  than 3 standard errors (trial valid scores).
+- two regions of the space (recipe x start, from the base model or a checkpoint, x log10 learning rate; each with 3+
+  trials) differ by more than 3 standard errors (trial valid scores): the widest-apart pair is printed, with how many
+  pairs were compared.
 
 `--quick`: the arith rung at four 10-s trials, 3 seeds of (a), (b) and the tree; `--smoke` (the suite's check that it runs end to end):
 one seed, two 4-second trials, (a) and the tree, nothing ranked. `--plots DIR` writes one PNG per rung.
@@ -51,6 +52,7 @@ REPO = Path(__file__).resolve().parents[1]
 POLICIES = ("once", "seeds", "random", "greedy", "tree")
 PROPOSER = {"once": "fixed", "seeds": "fixed", "random": "random", "greedy": "greedy", "tree": "tree"}
 FLOOR, CEILING, ONE_TRIAL_MAX, REACHABLE_GAIN, REGION_SE = 0.05, 0.40, 0.70, 0.15, 3.0
+REGION_MIN_TRIALS = 3  # a region's standard error from fewer trials is too rough to call two regions apart
 
 
 @dataclass(frozen=True)
@@ -260,21 +262,25 @@ def property_check(
             if trial["valid"] is not None and trial["recipe"]:
                 rate = round(math.log10(trial["lr"]), 1) if trial["lr"] else 0.0
                 regions[(trial["recipe"], trial.get("start", "base"), rate)].append(float(trial["valid"]))
-    scored = {k: mean_se(v) for k, v in regions.items() if len(v) >= 2}
+    scored = {k: mean_se(v) for k, v in regions.items() if len(v) >= REGION_MIN_TRIALS}
+    pairs = [(hi, lo) for hi in scored for lo in scored if scored[hi][0] > scored[lo][0]]
     apart = None
-    if len(scored) >= 2:
-        hi = max(scored, key=lambda k: scored[k][0])
-        lo = min(scored, key=lambda k: scored[k][0])
-        gap = scored[hi][0] - scored[lo][0]
-        se = math.sqrt(scored[hi][1] ** 2 + scored[lo][1] ** 2) or float("inf")
-        apart = (hi, lo, gap, gap / se)
+    if pairs:
+
+        def separation(pair: tuple[Any, Any]) -> float:
+            (m_hi, se_hi), (m_lo, se_lo) = scored[pair[0]], scored[pair[1]]
+            return (m_hi - m_lo) / (math.sqrt(se_hi**2 + se_lo**2) or float("inf"))
+
+        hi, lo = max(pairs, key=separation)
+        apart = (hi, lo, scored[hi][0] - scored[lo][0], separation((hi, lo)))
     checks.append(
         (
-            f"two regions (recipe x start x log10 lr) differ by > {REGION_SE:g} SE",
+            f"two regions (recipe x start x log10 lr, {REGION_MIN_TRIALS}+ trials) differ by > {REGION_SE:g} SE",
             None if apart is None else apart[3] > REGION_SE,
-            "n/a (fewer than two regions with 2+ trials)"
+            f"n/a (fewer than two regions with {REGION_MIN_TRIALS}+ trials)"
             if apart is None
-            else f"{apart[0]} vs {apart[1]}: {apart[2]:+.3f} = {apart[3]:.1f} SE",
+            else f"{apart[0]} vs {apart[1]}: {apart[2]:+.3f} = {apart[3]:.1f} SE, the widest of {len(pairs)} pairs "
+            f"of {len(scored)} regions",
         )
     )
     return checks
