@@ -76,9 +76,8 @@ RUNGS: dict[str, Rung] = {
     "frozenlake": Rung("frozenlake", "tiny-lake", "sft,grpo", trial_seconds=12, trials=5),
     # a multi-turn puzzle: Sokoban with one box in a 6x6 room; tiny-sokoban wins ~15% of valid rooms, on the steep
     # part of its learning curve (~60% at 400 build steps), so where a short budget ends depends on the choices.
-    # Measured (5 policies x 3 seeds): base 0.150, one trial 0.187, best reached 0.570 (+38 points); the regions
-    # property fails (SFT near 1e-3.5 against GRPO near 1e-4.5: 2.3 SE): what matters here is training on from the
-    # best checkpoint, which recipe x rate regions mix up
+    # Measured (5 policies x 3 seeds, 2026-12-03): base 0.150, one trial 0.150, best reached 0.500 (+35 points); SFT
+    # continued from a checkpoint against SFT from the base model, 10.3 SE apart
     "sokoban1": Rung("sokoban1", "tiny-sokoban", "sft,grpo", trial_seconds=12, trials=5),
 }
 # Measured and left off the ladder (they fail its floor or its reachable gain with a 0.34M-parameter model):
