@@ -93,7 +93,7 @@ test:
 
 ## test-quick: the edit-test loop (a few minutes): every test that needs no Docker, no Ray and trains no real model
 test-quick: $(VENV)/.installed-dev
-	$(BIN)/python -m pytest -q -p no:cacheprovider -n 2 --dist loadscope -m "not slow and not docker and not ray" \
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n 2 --dist loadscope --no-loadscope-reorder -m "not slow and not docker and not ray" \
 		--timeout=600 --durations=10
 
 ## test-ray-cluster: the multi-node Ray tests alone (a head and worker raylets on this machine; about 3 minutes)

@@ -52,9 +52,12 @@ step "building the trainer and agent images"
 step "running the suite"
 status=0
 # Two workers (pytest-xdist), each test file on one of them (--dist loadscope: a file's module fixtures are made once);
-# what every file needs (tiny-arith, tiny-chat) is built once for both (tests/conftest.py).
-RLLOOP_VERL_SITE="$VENV/verl-site" "$VENV/bin/python" -m pytest -q -p no:cacheprovider --timeout=1800 \
-  -n "${TEST_WORKERS:-2}" --dist loadscope --durations=25 || status=$?
+# what every file needs (tiny-arith, tiny-chat) is built once for both (tests/conftest.py). Files go out longest first
+# by the seconds they took last time (tests/durations.json; this run's figures land in $LOGS/durations.json), not by
+# xdist's count of tests (tests/support/schedule.py).
+RLLOOP_TEST_DURATIONS_OUT="$LOGS/durations.json" RLLOOP_VERL_SITE="$VENV/verl-site" \
+  "$VENV/bin/python" -m pytest -q -p no:cacheprovider --timeout=1800 \
+  -n "${TEST_WORKERS:-2}" --dist loadscope --no-loadscope-reorder --durations=25 || status=$?
 step "waiting for vLLM's venv and tests (log: $LOGS/vllm.log)"
 if wait "${PIDS[vllm]}"; then
   tail -n 3 "$LOGS/vllm.log"

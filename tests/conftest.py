@@ -13,6 +13,11 @@ from pathlib import Path
 import pytest
 
 from tasks import once
+from tests.support.schedule import (  # noqa: F401  (pytest's hooks, by name: longest files first)
+    pytest_collection_modifyitems,
+    pytest_runtest_logreport,
+    pytest_sessionfinish,
+)
 
 
 def shared_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:

@@ -81,7 +81,9 @@ class TimeBudgetCallback(TrainerCallback):  # type: ignore[misc]
 
 
 class ProgressCallback(TrainerCallback):  # type: ignore[misc]
-    """Prints each TRL log entry as one readable line (step, loss, lr, reward, ...)."""
+    """Prints each TRL log entry as one readable line (step, loss, lr, reward, ...), and logs the last step too:
+    TRL logs every `logging_steps`, so a trial that ends between two of them would lose its final loss (and a
+    short trial would draw no curve)."""
 
     _KEYS = (
         "loss",
@@ -93,6 +95,12 @@ class ProgressCallback(TrainerCallback):  # type: ignore[misc]
         "mean_token_accuracy",
         "entropy",
     )
+
+    def on_step_end(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **_: Any
+    ) -> None:
+        if control.should_training_stop:  # max_steps reached, or the time budget (its callback runs first)
+            control.should_log = True
 
     def on_log(
         self,
