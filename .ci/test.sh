@@ -47,17 +47,34 @@ background vllm bash -c "'$MAKE' --no-print-directory '$VLLM_VENV/.installed' &&
 step "installing rlloop's venv"
 "$MAKE" --no-print-directory "$VENV/.installed-dev" "$VENV/.installed-verl"
 await system
-step "building the trainer and agent images"
-"$VENV/bin/rlloop" sandbox build --agent
+# The images build while the suite starts: only the Docker tests need them, and they wait for this build's status
+# file (tests/sandbox/docker_support.py), failing with its log if the build failed.
+IMAGES_STATUS="$PWD/$LOGS/images.status"
+rm -f "$IMAGES_STATUS"
+build_images() {
+  local built=0
+  "$VENV/bin/rlloop" sandbox build --agent || built=$?
+  echo "$built" >"$IMAGES_STATUS.tmp" && mv "$IMAGES_STATUS.tmp" "$IMAGES_STATUS"
+  return "$built"
+}
+background images build_images
 step "running the suite"
 status=0
 # Two workers (pytest-xdist), each test file on one of them (--dist loadscope: a file's module fixtures are made once);
 # what every file needs (tiny-arith, tiny-chat) is built once for both (tests/conftest.py). Files go out longest first
 # by the seconds they took last time (tests/durations.json; this run's figures land in $LOGS/durations.json), not by
 # xdist's count of tests (tests/support/schedule.py).
-RLLOOP_TEST_DURATIONS_OUT="$LOGS/durations.json" RLLOOP_VERL_SITE="$VENV/verl-site" \
+RLLOOP_TEST_IMAGES_STATUS="$IMAGES_STATUS" RLLOOP_TEST_DURATIONS_OUT="$LOGS/durations.json" RLLOOP_VERL_SITE="$VENV/verl-site" \
   "$VENV/bin/python" -m pytest -q -p no:cacheprovider --timeout=1800 \
   -n "${TEST_WORKERS:-2}" --dist loadscope --no-loadscope-reorder --durations=25 || status=$?
+if wait "${PIDS[images]}"; then
+  step "the images were built (log: $LOGS/images.log)"
+else
+  echo "error: building the images failed; the last lines of $LOGS/images.log:" >&2
+  tail -n 30 "$LOGS/images.log" >&2
+  status=$((status ? status : 1))
+fi
+unset "PIDS[images]"
 step "waiting for vLLM's venv and tests (log: $LOGS/vllm.log)"
 if wait "${PIDS[vllm]}"; then
   tail -n 3 "$LOGS/vllm.log"
