@@ -2,7 +2,7 @@
 of task x base-model rungs chosen so that choices matter.
 
     .venv/bin/python benchmarks/research_ladder.py [--quick | --smoke] [--rungs arith,...]
-        [--policies once,seeds,random,greedy,tree] [--seeds 3] [--out results.json] [--plots DIR]
+        [--policies once,seeds,random,greedy,tree[,memory]] [--seeds 3] [--out results.json] [--plots DIR]
 
 Every (rung, policy, seed) is one real `rlloop run` in a subprocess (local sandbox, the default submission policy
 `improved`, `--public-fraction 0.5`), all runs of a rung on one hidden test set (`--test-seed`). Compute is trial
@@ -10,7 +10,11 @@ seconds: every trial is time-boxed at the rung's `--trial-seconds` and every pol
 
 - once:   (a) the default recipe (`--proposer fixed`) once, with the whole compute budget in one trial;
 - seeds:  (b) the default recipe repeated with different seeds from the base model, best on valid;
-- random: (c) random search; greedy: (d) the greedy cascade; tree: (e) the search tree (the built-in default).
+- random: (c) random search; greedy: (d) the greedy cascade; tree: (e) the search tree (the built-in default);
+- memory: (f, not in the default set) the tree with `--memory`, run after a first tree run with `--memory` (another
+  seed, its own RLLOOP_HOME per seed so that seeds do not share lessons): the measured run starts from the first
+  run's lessons. The first run's compute is reported beside it, not counted in it (the question is whether a second
+  run reaches the same score with less compute); printed against the tree, paired by seed.
 
 Per run it reads the grader's own final numbers (summary.json: the checkpoint chosen on the public half, scored on
 the private half that chose nothing) and its store (each submission's public and private score, for the curve of
@@ -49,8 +53,12 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-POLICIES = ("once", "seeds", "random", "greedy", "tree")
-PROPOSER = {"once": "fixed", "seeds": "fixed", "random": "random", "greedy": "greedy", "tree": "tree"}
+POLICIES = ("once", "seeds", "random", "greedy", "tree", "memory")
+DEFAULT_POLICIES = POLICIES[:5]
+PROPOSER = {
+    "once": "fixed", "seeds": "fixed", "random": "random", "greedy": "greedy", "tree": "tree", "memory": "tree"
+}  # fmt: skip
+LESSON_SEED = 100  # the memory policy's first run uses seed + LESSON_SEED
 FLOOR, CEILING, ONE_TRIAL_MAX, REACHABLE_GAIN, REGION_SE = 0.05, 0.40, 0.70, 0.15, 3.0
 REGION_MIN_TRIALS = 3  # a region's standard error from fewer trials is too rough to call two regions apart
 
@@ -96,14 +104,31 @@ def _command(run_id: str, rung: Rung, policy: str, seed: int, test_seed: int) ->
         "--loop-n", str(trials), "--trial-seconds", str(seconds), "--trial-timeout", f"{int(seconds) + 300}s",
         "--recipes", rung.recipes, "--eval-limit", str(rung.eval_limit), "--valid-limit", str(rung.valid_limit),
         "--public-fraction", "0.5", "--test-seed", str(test_seed), "--sandbox", "local", "--timeout", "3h",
-        "--quiet",
+        "--quiet", *(["--memory"] if policy == "memory" else []),
     ]  # fmt: skip
 
 
 def run_once(
     home: Path, run_id: str, rung: Rung, policy: str, seed: int, test_seed: int, threads: str = "2"
 ) -> dict[str, Any]:
-    """One real run; its figures from the grader's summary and store."""
+    """One real run; its figures from the grader's summary and store. The memory policy runs twice in a home of
+    its own per (rung, seed): a first run that writes lessons, then the measured run that reads them."""
+    if policy == "memory":
+        own = home / "memory-homes" / f"{run_id}"
+        own.mkdir(parents=True, exist_ok=True)
+        if not (own / "models").exists():
+            (own / "models").symlink_to(home / "models", target_is_directory=True)  # built once, shared
+        lessons = _one_run(own, f"{run_id}-lessons", rung, policy, seed + LESSON_SEED, test_seed, threads)
+        figures = _one_run(own, run_id, rung, policy, seed, test_seed, threads)
+        figures["lesson_compute_s"], figures["lesson_private"] = lessons["compute_s"], _private(lessons)
+        figures["wall_s"] += lessons["wall_s"]
+        return figures
+    return _one_run(home, run_id, rung, policy, seed, test_seed, threads)
+
+
+def _one_run(
+    home: Path, run_id: str, rung: Rung, policy: str, seed: int, test_seed: int, threads: str
+) -> dict[str, Any]:
     env = {
         **os.environ,
         "RLLOOP_HOME": str(home),
@@ -216,6 +241,22 @@ def tree_against_best_baseline(by_policy: dict[str, list[dict[str, Any]]]) -> st
     mean, se = mean_se(diffs)
     verdict = "n/a" if se != se else "better" if mean > se else "worse" if mean < -se else "within one SE"
     return f"tree vs {best} (the best baseline), paired by seed: {_text(diffs)} -> {verdict}"
+
+
+def memory_against_tree(by_policy: dict[str, list[dict[str, Any]]]) -> str | None:
+    """The tree with an earlier run's lessons against the tree alone, paired by seed: score, and compute to best."""
+    if not by_policy.get("memory") or not by_policy.get("tree"):
+        return None
+    tree = {r["seed"]: r for r in by_policy["tree"]}
+    pairs = [(r, tree[r["seed"]]) for r in by_policy["memory"] if r["seed"] in tree]
+    score = [_private(m) - _private(t) for m, t in pairs]
+    to_best = [m["compute_to_best_s"] - t["compute_to_best_s"] for m, t in pairs]
+    first = [m["lesson_private"] for m, _ in pairs]
+    return (
+        f"memory vs tree, paired by seed: private {_text(score)}, compute to best {_text(to_best, 0)} s "
+        f"(the first runs that wrote the lessons: private {_text(first)}, "
+        f"{_text([m['lesson_compute_s'] for m, _ in pairs], 0)} s each, not counted)"
+    )
 
 
 def property_check(
@@ -347,7 +388,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--smoke", action="store_true", help="end to end only: one seed, two 4-s trials")
     parser.add_argument("--rungs", default=",".join(RUNGS))
-    parser.add_argument("--policies", default=",".join(POLICIES))
+    parser.add_argument("--policies", default=",".join(DEFAULT_POLICIES), help=f"of {', '.join(POLICIES)}")
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument(
         "--jobs",
@@ -408,6 +449,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             runs.sort(key=lambda r: r["seed"])
         results[name] = by_policy
         lines = [*table(name, by_policy), tree_against_best_baseline(by_policy)]
+        lines += [line] if (line := memory_against_tree(by_policy)) else []
         checks = property_check(rung, by_policy)
         lines += [
             f"  [{'ok' if held else 'n/a' if held is None else 'FAILS'}] {what}: {fig}"

@@ -88,3 +88,31 @@ def test_every_rung_pairs_a_builtin_benchmark_with_a_builtin_model_built_for_it(
         assert rung.benchmark in BUILTINS and rung.base_model in BUILTIN_MODELS, name
         assert TINY_RECIPES[rung.base_model].benchmark == rung.benchmark, name
         assert rung.recipes.split(",")[0] == "sft" and rung.trials * rung.trial_seconds <= 60, name
+
+
+def test_memory_is_compared_with_the_tree_paired_by_seed() -> None:
+    """(f) the tree with an earlier run's lessons against the tree alone: the score and compute-to-best differences
+    paired by seed, the lesson runs' own figures beside them; nothing printed without both policies."""
+
+    def run(seed: int, private: float, to_best: float, **extra: float) -> dict[str, object]:
+        return {
+            "seed": seed,
+            "private": private,
+            "baseline_private": 0.1,
+            "compute_to_best_s": to_best,
+            **extra,
+        }
+
+    by_policy = {
+        "tree": [run(0, 0.30, 100.0), run(1, 0.40, 80.0)],
+        "memory": [
+            run(1, 0.50, 40.0, lesson_private=0.35, lesson_compute_s=120.0),
+            run(0, 0.30, 60.0, lesson_private=0.25, lesson_compute_s=110.0),
+        ],
+    }
+    line = research_ladder.memory_against_tree(by_policy)  # type: ignore[arg-type]
+    assert line is not None
+    assert "private 0.050 ± 0.050" in line and "compute to best -40 ± 0 s" in line
+    assert "private 0.300 ± 0.050, 115 ± 5 s each" in line
+    assert research_ladder.memory_against_tree({"tree": by_policy["tree"]}) is None  # type: ignore[dict-item]
+    assert "memory" not in research_ladder.DEFAULT_POLICIES  # the full ladder's five; (f) on request

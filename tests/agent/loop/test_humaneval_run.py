@@ -29,14 +29,16 @@ def test_humaneval_run_end_to_end(tmp_path: Path, tiny_chat_dir: Path) -> None:
     home = tmp_path / "home"
     shutil.copytree(tiny_chat_dir, home / "models" / "tiny-chat")
     args = ["run", "--base-model", "tiny-chat", "--benchmark", "humaneval", "--loop-n", "2", "--run-id", "he"]
-    args += ["--timeout", "10m", "--trial-timeout", "5m", "--trial-steps", "4", "--eval-limit", "8"]
-    args += ["--sandbox", "local", "--submit", "all", "--quiet"]
+    # a wall budget far above the run's need (it took 250 s on one 2-core machine and 640 s on a slower one, where
+    # a 10-minute budget ended the run after one trial): this test is about two trials, not about speed
+    args += ["--timeout", "25m", "--trial-timeout", "5m", "--trial-steps", "4", "--eval-limit", "8"]
+    args += ["--valid-limit", "8", "--sandbox", "local", "--submit", "all", "--quiet"]
     result = subprocess.run(
         [sys.executable, "-m", "agent.cli", *args],
         env={**os.environ, "RLLOOP_HOME": str(home)},
         capture_output=True,
         text=True,
-        timeout=900,
+        timeout=1600,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     run_dir = home / "runs" / "he"

@@ -175,3 +175,50 @@ def test_with_memory_the_first_draft_is_the_best_remembered_first_move(tmp_path:
     forgetful = TreeProposer(max_steps=10)
     forgetful.attach_run(SimpleNamespace(config=SimpleNamespace(**{**vars(config), "memory": False})), "t01")
     assert forgetful.propose(_ctx([])).recipe == "sft"
+
+
+def test_with_memory_a_checkpoint_first_tries_the_rate_step_earlier_runs_gained_most_with(
+    tmp_path: Path,
+) -> None:
+    """--memory: in an earlier run, keeping the rate gained on its parent and annealing lost; the next run keeps
+    the rate first from a checkpoint, even one that did not beat its own parent (where the policy alone anneals)."""
+    from types import SimpleNamespace
+
+    from agent.proposers.memory import best_step, remember_run
+
+    assert best_step(tmp_path, "arith", "tiny-arith") is None  # nothing remembered
+    earlier = [
+        _trial(1, (0.30, 0.25, 0.35), lr=1e-3),
+        _trial(2, (0.45, 0.40, 0.50), parent="t01", lr=1e-3),  # kept the rate: +0.15
+        _trial(3, (0.40, 0.35, 0.45), parent="t02", lr=7e-4),  # annealed: -0.05
+        _trial(4, (0.50, 0.45, 0.55), parent="t02", lr=1e-3),  # kept it again: +0.05
+        _trial(5, (0.20, 0.15, 0.25), parent="t01", lr=1e-4, recipe="grpo"),  # not a rate step
+    ]
+    remember_run(tmp_path, "arith", "tiny-arith", "earlier-run", earlier, baseline=0.05)
+    assert best_step(tmp_path, "arith", "tiny-arith") == 1.0
+
+    config = SimpleNamespace(memory=True, home=tmp_path, benchmark="arith", base_model="tiny-arith")
+    policy = TreeProposer(max_steps=10)
+    policy.attach_run(SimpleNamespace(config=config), "t02")
+    first = _trial(1, (0.6, 0.55, 0.65))
+    flat = _trial(2, (0.57, 0.52, 0.62), parent="t01")  # did not beat t01: the policy alone would anneal next
+    nodes = {n.id: n for n in build_tree(_ctx([first, flat]))}
+    assert moves(nodes["t02"], ["sft", "grpo"])[0].lr == pytest.approx(7e-4)
+    remembered = moves(nodes["t02"], ["sft", "grpo"], policy.remembered_step)
+    assert remembered[0].lr == pytest.approx(1e-3) and "earlier run" in remembered[0].why
+    assert len({(m.recipe, m.lr) for m in remembered}) == len(remembered)  # no move offered twice
+    level = [_trial(1, (0.07, 0.04, 0.10))]  # no gain on the base beyond noise: alone, the policy anneals it
+    assert TreeProposer().propose(_ctx(level)).hyperparameters["learning_rate"] == pytest.approx(7e-4)
+    proposal = policy.propose(_ctx(level))
+    assert (proposal.parent, proposal.hyperparameters["learning_rate"]) == ("t01", pytest.approx(1e-3))
+    assert "--memory" in proposal.rationale
+
+    remember_run(  # a later run where annealing gained more outweighs it
+        tmp_path,
+        "arith",
+        "tiny-arith",
+        "later-run",
+        [_trial(1, (0.3, 0.25, 0.35)), _trial(2, (0.8, 0.75, 0.85), parent="t01", lr=7e-4)],
+        baseline=0.05,
+    )
+    assert best_step(tmp_path, "arith", "tiny-arith") == 0.7
