@@ -374,9 +374,8 @@ def outcome(record: TrialRecord, result: SandboxResult, paths: RunPaths, started
     return record
 
 
-DEFAULT_RECIPE = (
-    "sft"  # first when a run names no recipes: what `--proposer fixed` runs, needing nothing else
-)
+# first when a run names no recipes: what `--proposer fixed` runs, needing nothing else
+DEFAULT_RECIPE = "sft"
 
 
 def allowed_recipes(allowed: str | None) -> list[str]:

@@ -12,9 +12,8 @@ import pytest
 from sandbox.images import TRAINER_IMAGE
 
 IMAGE = os.environ.get("RLLOOP_TEST_IMAGE", TRAINER_IMAGE)
-IMAGES_STATUS_ENV = (
-    "RLLOOP_TEST_IMAGES_STATUS"  # set by .ci/test.sh, which builds the images beside the suite
-)
+# set by .ci/test.sh, which builds the images beside the suite
+IMAGES_STATUS_ENV = "RLLOOP_TEST_IMAGES_STATUS"
 IMAGES_WAIT_S = 1800.0
 
 

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from tasks.atomic import atomic_write_text
+
 DURATIONS = Path(__file__).resolve().parents[1] / "durations.json"
 OUT_ENV = "RLLOOP_TEST_DURATIONS_OUT"
 UNKNOWN_SECONDS = 30.0  # a new file: neither first nor last
@@ -61,6 +63,4 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     path = Path(out)
     path.parent.mkdir(parents=True, exist_ok=True)
     figures = {name: round(seconds, 1) for name, seconds in sorted(_measured.items(), key=lambda kv: -kv[1])}
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(figures, indent=1) + "\n")
-    tmp.replace(path)
+    atomic_write_text(path, json.dumps(figures, indent=1) + "\n")
