@@ -424,10 +424,13 @@ def test_a_stream_without_usage_is_still_counted_and_capped(tmp_path: Path) -> N
         messages: list[Any] = [{"role": "user", "content": "go"}]
         stream = client.chat.completions.create(model="test-model", messages=messages, stream=True)
         assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices) == "x" * 400 + "y" * 400
+        # the gateway records the call after the stream's last byte: wait for the whole line, not the file
+        transcript = tmp_path / "agent-llm.jsonl"
         deadline = time.monotonic() + 10
-        while not (tmp_path / "agent-llm.jsonl").exists() and time.monotonic() < deadline:
+        while not (transcript.exists() and transcript.read_text().endswith("\n")):
+            assert time.monotonic() < deadline, "the gateway wrote no transcript line within 10 s"
             time.sleep(0.01)
-        (line,) = [json.loads(x) for x in (tmp_path / "agent-llm.jsonl").read_text().splitlines()]
+        (line,) = [json.loads(x) for x in transcript.read_text().splitlines()]
         assert (
             line["estimated"] is True and line["completion_tokens"] >= 200
         )  # 800 characters of text, counted high

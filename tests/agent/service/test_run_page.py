@@ -68,7 +68,11 @@ class Shared:
         """Open the run page as a person would and sign in with the user's token (typed into the form)."""
         b = self.browser
         b.call("Page.navigate", url=self.url)
-        b.wait("document.readyState === 'complete'")
+        # the page asks /auth/me after it loads: wait until it shows either the form or who is signed in
+        b.wait(
+            "document.readyState === 'complete' && (!document.querySelector('#signin').hidden"
+            " || !document.querySelector('#whoami').hidden)"
+        )
         if not b.eval("document.querySelector('#whoami').hidden"):
             b.click("#signout")
         b.wait("!document.querySelector('#signin').hidden")
