@@ -55,6 +55,18 @@ class TrainerConfig(BaseModel):
         default=False,
         description="Recompute activations in the backward pass: less memory for bigger models, about 30% slower.",
     )
+    resume_optimizer: bool = Field(
+        default=False,
+        description="Starting from a checkpoint this recipe trained, continue its optimizer (Adam's moments saved "
+        "with it) and skip the warm-up, as one longer run would. Off by default: a fresh optimizer re-normalises "
+        "its steps, which an annealing line relied on (tiny-arith: -4 points for a 0.7x-per-trial line).",
+    )
+    save_optimizer_max_mb: float = Field(
+        default=64.0,
+        ge=0.0,
+        description="Save the optimizer's moments with the checkpoint (optimizer/) when they take at most this many "
+        "MiB, so a trial continued from it keeps them; 0: never (checkpoints stay weights only).",
+    )
     extra: dict[str, object] = Field(
         default_factory=dict,
         description="Free-form notes carried along with the config; no recipe reads them.",

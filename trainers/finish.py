@@ -21,6 +21,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from tasks.atomic import atomic_write_json, atomic_write_lines
 from trainers.config import TrainerConfig
 from trainers.device import dtype_name, model_placement
+from trainers.optimizer_state import OPTIMIZER_DIR, save_optimizer_state
 from trainers.result import REWARD_WINDOW, TrainResult
 from trainers.runtime import TrainedRun, log
 
@@ -34,6 +35,7 @@ def prepare_output_dir(output_dir: Path) -> Path:
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     (output_dir / METRICS_FILE).unlink(missing_ok=True)
+    shutil.rmtree(output_dir / OPTIMIZER_DIR, ignore_errors=True)  # a stale one would pass for this run's
     staging = output_dir / STAGING_DIR
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir()
@@ -147,6 +149,16 @@ def finish_trl(
     """`finish_run` for a TRL recipe: its figures read from the trainer's state and TRL's own training loss."""
     trainer = run.trainer
     steps = int(trainer.state.global_step)
+    if not config.lora and config.save_optimizer_max_mb > 0 and trainer.optimizer is not None:
+        saved = save_optimizer_state(
+            trainer.optimizer,
+            trainer.model,
+            Path(config.output_dir),
+            recipe=type(config).__name__,
+            max_bytes=int(config.save_optimizer_max_mb * 2**20),
+            staging_dir=Path(config.output_dir) / STAGING_DIR,
+        )
+        log(saved)
     batch = config.per_device_train_batch_size * int(getattr(trainer.args, "gradient_accumulation_steps", 1))
     return finish_run(
         recipe=recipe,

@@ -23,6 +23,7 @@ from transformers import (
 
 from trainers import device
 from trainers.config import TrainerConfig
+from trainers.optimizer_state import OPTIMIZER_DIR, SavedState, install_optimizer_state, read_optimizer_state
 
 
 def seed_everything(seed: int) -> None:
@@ -191,12 +192,47 @@ class TrainedRun:
     train_seconds: float
 
 
+class ContinueOptimizer(TrainerCallback):  # type: ignore[misc]
+    """Installs the starting checkpoint's optimizer moments once the trainer has built its optimizer."""
+
+    def __init__(self, model: torch.nn.Module, saved: SavedState) -> None:
+        self.model, self.saved = model, saved
+
+    def on_train_begin(
+        self,
+        args: TrainingArguments,
+        state: TrainerState,
+        control: TrainerControl,
+        optimizer: Any = None,
+        **_: Any,
+    ) -> None:
+        install_optimizer_state(optimizer, self.model, self.saved)
+
+
+def continued_optimizer(config: TrainerConfig, trainer_kwargs: dict[str, Any]) -> ContinueOptimizer | None:
+    """With `resume_optimizer`, the callback that continues the starting checkpoint's optimizer (the warm-up in
+    `trainer_kwargs['args']` set to 0 steps), or None for a fresh optimizer; the log says which and why."""
+    model, args = trainer_kwargs.get("model"), trainer_kwargs.get("args")
+    if not config.resume_optimizer or config.lora or not isinstance(model, torch.nn.Module) or args is None:
+        return None
+    if not (Path(config.model_path) / OPTIMIZER_DIR).exists():
+        return None
+    saved = read_optimizer_state(config.model_path, model, recipe=type(config).__name__)
+    if isinstance(saved, str):
+        log(f"fresh optimizer: {saved}")
+        return None
+    args.warmup_steps = 0
+    log(f"continuing the starting checkpoint's optimizer (Adam's moments at step {saved.step}); no warm-up")
+    return ContinueOptimizer(model, saved)
+
+
 def train_trl(trainer_class: Any, config: TrainerConfig, **trainer_kwargs: Any) -> TrainedRun:
-    """Build a TRL trainer with the run's time budget, progress lines and PEFT config, and train it."""
+    """Build a TRL trainer with the run's time budget, progress lines and PEFT config, and train it (continuing
+    the starting checkpoint's optimizer where `trainers.optimizer_state` allows)."""
     time_budget = TimeBudgetCallback(config.max_seconds)
-    trainer = trainer_class(
-        peft_config=peft_config(config), callbacks=[time_budget, ProgressCallback()], **trainer_kwargs
-    )
+    continued = continued_optimizer(config, trainer_kwargs)
+    callbacks = [time_budget, ProgressCallback(), *([continued] if continued else [])]
+    trainer = trainer_class(peft_config=peft_config(config), callbacks=callbacks, **trainer_kwargs)
     without_printer(trainer)
     started = time.monotonic()
     output = trainer.train()
