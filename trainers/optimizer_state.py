@@ -42,7 +42,6 @@ class SavedState:
     """Moments read from a checkpoint that fit this run's model, by parameter name."""
 
     tensors: dict[str, torch.Tensor]
-    names: list[str]
     step: int
 
 
@@ -130,7 +129,7 @@ def read_optimizer_state(model_path: Path, model: torch.nn.Module, *, recipe: st
     step = about.get("step")
     if not isinstance(step, int) or step < 1:
         return "the starting checkpoint's optimizer state has no step count"
-    return SavedState(tensors=tensors, names=list(expected), step=step)
+    return SavedState(tensors=tensors, step=step)
 
 
 def install_optimizer_state(optimizer: Any, model: torch.nn.Module, saved: SavedState) -> None:
