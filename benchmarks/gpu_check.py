@@ -178,8 +178,9 @@ def missing_packages(*modules: str) -> list[str]:
 class Check:
     """The state the parts share: sizes, folders, the built model and the SFT checkpoint."""
 
-    def __init__(self, sizes: Sizes, work: Path, dry_run: bool) -> None:
+    def __init__(self, sizes: Sizes, work: Path, dry_run: bool, base_models: Path | None = None) -> None:
         self.sizes = sizes
+        self.base_models = base_models
         self.work = work
         self.dry_run = dry_run
         self.model_dir = work / "base"
@@ -394,9 +395,12 @@ class Check:
             "e2e_sandbox", sandbox if isolation.isolated else f"auto (local unisolated: {isolation.reason})"
         )
         home = self.work / "e2e-home"
-        if (
-            self.dry_run
-        ):  # tiny-arith takes minutes to build on two busy cores: the micro model stands in for it
+        if self.base_models is not None and (self.base_models / "tiny-arith" / "config.json").is_file():
+            # built beforehand (it trains on the CPU): the lent GPU's minutes go to what needs the GPU
+            shutil.copytree(self.base_models / "tiny-arith", home / "models" / "tiny-arith")
+            figure("e2e_base_model", "carried")
+        elif self.dry_run:
+            # tiny-arith takes minutes to build on two busy cores: the micro model stands in for it
             shutil.copytree(self.work / "micro", home / "models" / "tiny-arith")
         gpus = "0" if self.dry_run else "1"
         command = [sys.executable, "-m", "agent.cli", "run", "--trial-gpus", gpus, "--sandbox", sandbox]
@@ -433,6 +437,11 @@ class Check:
         figure("e2e_trial_status", trial["status"])
         figure("e2e_baseline_score", state.get("baseline_score"))
         figure("e2e_trial_score", trial.get("score"))
+        figure("e2e_trial_valid", trial.get("valid_score"))
+        figure("e2e_trial_train_s", (trial.get("train_metrics") or {}).get("train_seconds"))
+        figure("e2e_trial_wall_s", trial.get("duration_s"))
+        if trial.get("submission_note"):
+            figure("e2e_trial_note", str(trial["submission_note"]).replace("\n", " "))
         if trial["status"] != "succeeded":
             raise RuntimeError(f"the trial {trial['status']}: {trial.get('error')}")
         metrics = json.loads((run_dir / "trials" / "t01" / "output" / "metrics.json").read_text())
@@ -535,8 +544,24 @@ def free_memory() -> None:
         torch.cuda.reset_peak_memory_stats()
 
 
+def _driver_version() -> str:
+    try:
+        done = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return "none"
+    lines = done.stdout.split()
+    return lines[0] if done.returncode == 0 and lines else "none"
+
+
 def environment() -> None:
     figure("torch", torch.__version__)
+    figure("cuda_version", torch.version.cuda or "none")
+    figure("gpu_driver", _driver_version())
     figure("cuda_available", int(torch.cuda.is_available()))
     figure(
         "device_name", torch.cuda.get_device_name(0).replace(" ", "_") if torch.cuda.is_available() else "cpu"
@@ -562,6 +587,13 @@ def main(argv: list[str] | None = None) -> int:
         "--work", type=Path, default=None, help="Scratch folder (default: a temp dir, removed)."
     )
     parser.add_argument("--skip-e2e", action="store_true", help="Leave out the end-to-end `rlloop run`.")
+    parser.add_argument(
+        "--base-models",
+        type=Path,
+        default=None,
+        help="A folder holding a built tiny-arith (RLLOOP_HOME/models of another machine): the end-to-end run "
+        "starts from it instead of building it on this machine's CPU.",
+    )
     args = parser.parse_args(argv)
     if args.dry_run:
         os.environ["RLLOOP_DEVICE"] = "cpu"
@@ -574,7 +606,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     work = args.work or Path(tempfile.mkdtemp(prefix="rlloop-gpu-check-"))
     work.mkdir(parents=True, exist_ok=True)
-    check = Check(DRY if args.dry_run else FULL, work, args.dry_run)
+    check = Check(DRY if args.dry_run else FULL, work, args.dry_run, args.base_models)
     started = time.perf_counter()
     try:
         environment()
@@ -592,7 +624,8 @@ def main(argv: list[str] | None = None) -> int:
             not_available("e2e_wall_s", "--skip-e2e")
         else:
             names = ("e2e_sandbox", "e2e_wall_s", "e2e_trial_status", "e2e_baseline_score", "e2e_trial_score")
-            step("e2e", (*names, "e2e_trial_device"), check.e2e)
+            more = ("e2e_trial_valid", "e2e_trial_train_s", "e2e_trial_wall_s", "e2e_trial_device")
+            step("e2e", (*names, *more), check.e2e)
     finally:
         if args.work is None:
             shutil.rmtree(work, ignore_errors=True)

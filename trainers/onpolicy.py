@@ -139,14 +139,18 @@ class Rollout:
         return self.completion_mask.sum(dim=1)
 
 
-def _completion_mask(completion_ids: torch.Tensor, eos_token_id: int | None) -> torch.Tensor:
+def mask_to_first_eos(completion_ids: torch.Tensor, eos_token_id: int | None) -> torch.Tensor:
+    """1 for each token up to and including a completion's first EOS; every token of one that never ended (cut at
+    max_new_tokens). The "never ended" fill is a long tensor: filled like the bool `is_eos`, `width` became True,
+    and a cut completion kept its first two tokens only (found by the GPU check's generation figures)."""
     if eos_token_id is None:
         return torch.ones_like(completion_ids)
     is_eos = completion_ids == eos_token_id
     width = completion_ids.shape[1]
-    first_eos = torch.where(
-        is_eos.any(dim=1), is_eos.int().argmax(dim=1), torch.full_like(is_eos[:, 0], width).long()
+    never_ended = torch.full(
+        (completion_ids.shape[0],), width, dtype=torch.long, device=completion_ids.device
     )
+    first_eos = torch.where(is_eos.any(dim=1), is_eos.int().argmax(dim=1), never_ended)
     positions = torch.arange(width, device=completion_ids.device).unsqueeze(0)
     return (positions <= first_eos.unsqueeze(1)).long()
 
@@ -198,7 +202,7 @@ def sample(
     finally:
         model.train(was_training)
     completion_ids = generated[:, ids.shape[1] :]
-    completion_mask = _completion_mask(completion_ids, tokenizer.eos_token_id)
+    completion_mask = mask_to_first_eos(completion_ids, tokenizer.eos_token_id)
     texts = tokenizer.batch_decode(completion_ids * completion_mask, skip_special_tokens=True)
     return Rollout(
         sequences=generated,

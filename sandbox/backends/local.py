@@ -9,7 +9,8 @@ with the process that started it, even when that one is killed with SIGKILL.
 Unisolated (`isolate=False`, or no namespaces on this machine): NOT a security boundary. The command runs as this
 user and sees the host's files and network. A run that trains this way is marked `isolation=none` everywhere.
 
-Both ways: the command starts in its own session with only PATH, HOME (/tmp isolated, else the workspace), LANG, PYTHONUNBUFFERED=1 and
+Both ways: the command starts in its own session with only PATH, HOME (/tmp isolated, else the workspace), LANG,
+PYTHONUNBUFFERED=1, this process's PYTHONPATH folders (after the request's own), LD_LIBRARY_PATH for a GPU trial, and
 `request.env` in its environment (no API keys from the parent); cwd is the workspace; memory, process count and
 CPU share are capped by a cgroup where one can be made (else RLIMIT_AS for memory, except for a GPU trial: CUDA
 reserves address space far beyond what it uses, so that trial gets no memory limit and its log says so); RLIMIT_CPU caps CPU-seconds,
@@ -70,6 +71,11 @@ def scrubbed_env(
     if request.grader_url:
         env["RLLOOP_GRADER_URL"] = request.grader_url
     env.update(request.env)
+    pythonpath = namespaces.trial_pythonpath(request.env.get("PYTHONPATH"))
+    if pythonpath:
+        env["PYTHONPATH"] = pythonpath
+    if request.gpus and os.environ.get("LD_LIBRARY_PATH"):
+        env.setdefault("LD_LIBRARY_PATH", os.environ["LD_LIBRARY_PATH"])  # where CUDA images keep libcuda
     if marker is not None:
         env[marker[0]] = marker[1]
     return env

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from sandbox import reaper
-from sandbox.backends.local import LocalSandbox
+from sandbox.backends.local import LocalSandbox, scrubbed_env
 from sandbox.base import SandboxRequest
 from sandbox.jail import cgroup_v1_available
 from tests.sandbox.conftest import DOUBLE_FORK, read_pids, running_with
@@ -322,3 +323,56 @@ def test_a_python_that_lives_under_tmp_runs_isolated(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("0 ") and f"inside {env_dir}" in done.stdout, done.stdout
+
+
+@pytest.mark.parametrize("isolate", [True, False], ids=["isolated", "unisolated"])
+def test_packages_on_pythonpath_reach_the_trial_and_the_grader_there_stays_hidden(
+    tmp_path: Path, isolate: bool
+) -> None:
+    """rlloop and its wheels installed with `pip --target` and PYTHONPATH (the GPU check's way): a trial's scrubbed
+    environment once dropped PYTHONPATH, and its view never held the folder, so the trial said "No module named
+    trainers". It imports from there now; the grader's package in the same folder stays hidden when isolated."""
+    site_dir = tmp_path / "site"  # under /tmp, which an isolated trial gets afresh: bound on top of it
+    (site_dir / "rlloop_probe_dep").mkdir(parents=True)
+    (site_dir / "rlloop_probe_dep" / "__init__.py").write_text("VALUE = 'from the target folder'\n")
+    (site_dir / "grader").mkdir()
+    (site_dir / "grader" / "__init__.py").write_text("")
+    (site_dir / "grader" / "answers.txt").write_text("the hidden test set\n")
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    probe = (
+        "import os, rlloop_probe_dep; print(rlloop_probe_dep.VALUE); "
+        f"print('grader answers seen:', os.path.exists({str(site_dir / 'grader' / 'answers.txt')!r}))"
+    )
+    code = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from sandbox.backends.local import LocalSandbox\n"
+        "from sandbox.base import SandboxRequest\n"
+        "ws = Path(sys.argv[1])\n"
+        f"r = LocalSandbox(isolate={isolate}).run(SandboxRequest(command=[sys.executable, '-c', sys.argv[2]], "
+        "workspace=ws, log_path=ws.parent / 'log.txt'))\n"
+        "print(r.exit_code, r.log_tail)\n"
+    )
+    root = Path(__file__).parents[2]
+    done = subprocess.run(
+        [PY, "-c", code, str(workspace), probe],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(site_dir), str(root)])},
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("0 ") and "from the target folder" in done.stdout, done.stdout
+    if isolate:
+        assert "grader answers seen: False" in done.stdout, done.stdout
+
+
+def test_a_gpu_trial_keeps_the_library_path_that_finds_cuda(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LD_LIBRARY_PATH", "/usr/local/nvidia/lib64")
+    gpu = scrubbed_env(request(workspace, ["true"], gpus=[0]))
+    cpu = scrubbed_env(request(workspace, ["true"]))
+    assert gpu["LD_LIBRARY_PATH"] == "/usr/local/nvidia/lib64" and "LD_LIBRARY_PATH" not in cpu
