@@ -465,7 +465,7 @@ RECIPE_STEP: dict[str, dict[str, Any]] = {
             "opo": {"num_generations": 2, "max_new_tokens": 3},
             "opcd": {"num_generations": 1, "max_new_tokens": 3, "context": "Add. ", "top_k": 4},
             "opcd_offpolicy": {"num_generations": 1, "max_new_tokens": 3, "context": "Add. ", "top_k": 4},
-            "gad": {"num_generations": 2, "max_new_tokens": 3, "warmup_steps": 1, "max_steps": 1},
+            "gad": {"num_generations": 2, "max_new_tokens": 3, "sft_warmup_steps": 1, "max_steps": 1},
             "oel": {"num_generations": 1, "max_new_tokens": 3, "rounds": 1, "episodes_per_round": 2},
         }
     ).items()

@@ -6,7 +6,9 @@ of task x base-model rungs chosen so that choices matter.
 
 Every (rung, policy, seed) is one real `rlloop run` in a subprocess (local sandbox, the default submission policy
 `improved`, `--public-fraction 0.5`), all runs of a rung on one hidden test set (`--test-seed`). Compute is trial
-seconds: every trial is time-boxed at the rung's `--trial-seconds` and every policy gets the same number of them:
+wall seconds, as a user pays them (start-up, training, saving, validation: `TrialRecord.wall_s`), with the training
+seconds shown beside: every trial is time-boxed at the rung's `--trial-seconds` of wall, and every policy gets the
+same total (`--max-compute-s`, the rung's trials x trial seconds):
 
 - once:   (a) the default recipe (`--proposer fixed`) once, with the whole compute budget in one trial;
 - seeds:  (b) the default recipe repeated with different seeds from the base model, best on valid;
@@ -79,14 +81,14 @@ class Rung:
 RUNGS: dict[str, Rung] = {
     # two-digit sums and differences: the tiny model starts near 6%; how long to train, at which learning rate, and
     # whether to continue from the best checkpoint decide where a short budget ends
-    "arith": Rung("arith", "tiny-arith", "sft,grpo", trial_seconds=12, trials=5),
+    "arith": Rung("arith", "tiny-arith", "sft,grpo", trial_seconds=16, trials=5),
     # a multi-turn game: tiny-lake wins ~10% of held-out 4x4 boards; validation plays the valid boards (games won)
-    "frozenlake": Rung("frozenlake", "tiny-lake", "sft,grpo", trial_seconds=12, trials=5),
+    "frozenlake": Rung("frozenlake", "tiny-lake", "sft,grpo", trial_seconds=16, trials=5),
     # a multi-turn puzzle: Sokoban with one box in a 6x6 room; tiny-sokoban wins ~15% of valid rooms, on the steep
     # part of its learning curve (~60% at 400 build steps), so where a short budget ends depends on the choices.
     # Measured (5 policies x 3 seeds, 2026-12-03): base 0.150, one trial 0.150, best reached 0.500 (+35 points); SFT
     # continued from a checkpoint against SFT from the base model, 10.3 SE apart
-    "sokoban1": Rung("sokoban1", "tiny-sokoban", "sft,grpo", trial_seconds=12, trials=5),
+    "sokoban1": Rung("sokoban1", "tiny-sokoban", "sft,grpo", trial_seconds=16, trials=5),
 }
 # Measured and left off the ladder (they fail its floor or its reachable gain with a 0.34M-parameter model):
 # countdown (prompts longer than tiny-arith's 128 positions; 0% after 200 steps at 192), sokoban with its three boxes
@@ -98,10 +100,12 @@ def _command(run_id: str, rung: Rung, policy: str, seed: int, test_seed: int) ->
     trials, seconds = (
         (1, rung.trial_seconds * rung.trials) if policy == "once" else (rung.trials, rung.trial_seconds)
     )
+    compute = rung.trial_seconds * rung.trials  # wall seconds of trials, validation included: the same for all
     return [
         sys.executable, "-m", "agent.cli", "run", "--run-id", run_id, "--benchmark", rung.benchmark,
         "--base-model", rung.base_model, "--proposer", PROPOSER[policy], "--seed", str(seed),
-        "--loop-n", str(trials), "--trial-seconds", str(seconds), "--trial-timeout", f"{int(seconds) + 300}s",
+        "--loop-n", str(trials), "--trial-seconds", str(seconds), "--max-compute-s", f"{compute:g}",
+        "--trial-timeout", f"{int(seconds) + 300}s",
         "--recipes", rung.recipes, "--eval-limit", str(rung.eval_limit), "--valid-limit", str(rung.valid_limit),
         "--public-fraction", "0.5", "--test-seed", str(test_seed), "--sandbox", "local", "--timeout", "3h",
         "--quiet", *(["--memory"] if policy == "memory" else []),
@@ -156,10 +160,11 @@ def read_run(run_dir: Path) -> dict[str, Any]:
     base_private = grader.get("baseline_private_score")
     graded = _graded(run_dir / "grader" / "store.db")
     curve: list[tuple[float, float]] = [(0.0, float(base_private or 0.0))]
-    spent, best_public, current, to_best = 0.0, None, base_private, 0.0
+    spent, trained, best_public, current, to_best = 0.0, 0.0, None, base_private, 0.0
     trials = []
     for trial in state.get("trials", []):
-        spent += float(trial.get("duration_s") or 0.0)
+        spent += _wall(trial)
+        trained += float((trial.get("train_metrics") or {}).get("train_seconds") or 0.0)
         public, private = graded.get(trial["trial_id"], (None, None))
         trials.append(
             {
@@ -180,10 +185,19 @@ def read_run(run_dir: Path) -> dict[str, Any]:
         "submissions": summary.get("submissions", 0),
         "trials": trials,
         "compute_s": round(spent, 1),
+        "train_s": round(trained, 1),
         "compute_to_best_s": round(to_best, 1),
         "curve": curve,
         "stop_reason": summary.get("stop_reason"),
     }
+
+
+def _wall(trial: dict[str, Any]) -> float:
+    """A trial's wall seconds as the run counted them (sandbox and validation); older records: their parts."""
+    wall = trial.get("wall_s")
+    if wall is None:
+        wall = float(trial.get("duration_s") or 0.0) + float(trial.get("validation_s") or 0.0)
+    return float(wall)
 
 
 def _graded(store: Path) -> dict[str, tuple[float | None, float | None]]:
@@ -224,7 +238,8 @@ def table(rung: str, by_policy: dict[str, list[dict[str, Any]]]) -> list[str]:
         lines.append(
             f"{rung:<11} {policy:<7} private {_text(private)}  gain over (a) {_text(gain)}  "
             f"compute to best {_text([r['compute_to_best_s'] for r in runs], 0)} s of "
-            f"{_text([r['compute_s'] for r in runs], 0)}  submissions {_text([r['submissions'] for r in runs], 1)}  "
+            f"{_text([r['compute_s'] for r in runs], 0)} (training {_text([r.get('train_s', 0.0) for r in runs], 0)})"
+            f"  submissions {_text([r['submissions'] for r in runs], 1)}  "
             f"(n={len(runs)})"
         )
     return lines
@@ -409,11 +424,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"unknown policies {unknown}: choose from {', '.join(POLICIES)}")
     if args.quick:  # four 10-s trials a run, 3 seeds of (a), (b) and the tree: about 20 minutes on 2 cores
         quick = Rung(
-            "arith", "tiny-arith", "sft,grpo", trial_seconds=10, trials=4, eval_limit=300, valid_limit=200
+            "arith", "tiny-arith", "sft,grpo", trial_seconds=14, trials=4, eval_limit=300, valid_limit=200
         )
         rungs, policies, args.seeds = {"arith": quick}, ["once", "seeds", "tree"], 3
     if args.smoke:
-        smoke = Rung("arith", "tiny-arith", "sft", trial_seconds=4, trials=2, eval_limit=60, valid_limit=60)
+        smoke = Rung("arith", "tiny-arith", "sft", trial_seconds=10, trials=2, eval_limit=60, valid_limit=60)
         rungs, policies, args.seeds = {"arith": smoke}, ["once", "tree"], 1
     home = (args.home or Path(tempfile.mkdtemp(prefix="rlloop-ladder-"))).resolve()
     from agent.run.models import resolve_base_model

@@ -291,6 +291,39 @@ def snapshot(
     return digest.hexdigest()
 
 
+def link_tree(
+    root: Path, rel: str | os.PathLike[str], dest: Path, *, limits: TreeLimits = TreeLimits()
+) -> None:
+    """Make every regular file of root/rel appear under `dest` (an empty folder the host owns) as a hard link to the
+    same file, never following a link: each file is opened as `open_file` opens it, linked by name from its folder's
+    descriptor without following, and the link is checked to be that very file (a name swapped meanwhile is
+    refused). Across file systems, or where linking is not allowed, the bytes are copied. Refused like `walk`."""
+    base = _parts(rel)
+    for item in walk(root, rel, limits=limits):
+        parts = [*base, *_parts(item.rel)]
+        target = dest / item.rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with _dir_fd(root, parts[:-1]) as folder, open_file(root, "/".join(parts), max_bytes=None) as fd:
+            opened = os.fstat(fd)
+            try:
+                os.link(parts[-1], target, src_dir_fd=folder, follow_symlinks=False)
+            except OSError:  # another file system, or not allowed to link: a copy of the bytes it opened
+                out = os.open(
+                    target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644
+                )
+                try:
+                    _file_digest(hashlib.sha256(), item.rel, fd, out)
+                finally:
+                    os.close(out)
+                continue
+            linked = os.lstat(target)
+            if (linked.st_dev, linked.st_ino) != (opened.st_dev, opened.st_ino):
+                os.unlink(target)
+                raise UntrustedPathError(
+                    f"{root.joinpath(*parts)} changed while it was linked; it is not used"
+                )
+
+
 def host_dir(path: Path, *, anchor: Path, mode: int = 0o755) -> Path:
     """Make `path` (under the host-owned `anchor`) a folder the host owns, creating what is missing; refuse a path
     any of whose components below `anchor` is a link or not a folder (something a trial could have planted)."""

@@ -10,7 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from trainers.schedule import ScheduleType, schedule_problems
 
 
 class TrainerConfig(BaseModel):
@@ -26,12 +28,53 @@ class TrainerConfig(BaseModel):
     benchmark: str = Field(default="arith", description="Benchmark whose answer checker scores rewards.")
     seed: int = Field(default=0, description="Seed for Python, NumPy and torch, and for the data order.")
     learning_rate: float = Field(default=1e-3, description="Peak learning rate of the (policy) optimizer.")
-    max_steps: int = Field(
-        default=200, description="Optimizer steps to take (fewer if max_seconds runs out)."
+    max_steps: int | None = Field(
+        default=200,
+        ge=1,
+        description="Optimizer steps to take (fewer if max_seconds runs out); None: as many as max_seconds allows.",
     )
     per_device_train_batch_size: int = Field(default=32, description="Training samples per optimizer step.")
     max_seconds: float | None = Field(
-        default=None, description="Stop cleanly (and still save) once this much training time is spent."
+        default=None,
+        gt=0,
+        description="Wall seconds the whole trial may take, from its start (imports and loading included) to its "
+        "checkpoint saved: training is timed to end so that saving fits, and a time-boxed schedule follows the "
+        "seconds left for training.",
+    )
+    reserved_seconds: float = Field(
+        default=0.0,
+        ge=0.0,
+        description="Seconds at the end of max_seconds kept for the host's work on the checkpoint (its validation); "
+        "set by the loop, not by a proposal.",
+    )
+    lr_scheduler_type: ScheduleType = Field(
+        default="linear",
+        description="How the rate moves over the trial, measured in the trial's own progress (the larger of steps "
+        "done / max_steps and training seconds spent / seconds it has): linear or cosine decay to min_lr_ratio, or "
+        "constant (with cooldown_ratio: warm-up, stable, then a linear cool-down). constant_with_warmup = constant.",
+    )
+    warmup_ratio: float = Field(
+        default=0.05,
+        ge=0.0,
+        lt=1.0,
+        description="Share of the trial spent warming the rate up from 0 (skipped when the optimizer is continued).",
+    )
+    warmup_steps: int | None = Field(
+        default=None,
+        ge=0,
+        description="Warm-up in optimizer steps instead of warmup_ratio (a time-boxed trial may not reach them).",
+    )
+    cooldown_ratio: float = Field(
+        default=0.0,
+        ge=0.0,
+        lt=1.0,
+        description="constant only: the final share of the trial over which the rate falls linearly to min_lr_ratio.",
+    )
+    min_lr_ratio: float = Field(
+        default=0.0,
+        ge=0.0,
+        le=1.0,
+        description="Where a decay or cool-down ends, as a share of the peak rate.",
     )
     max_train_samples: int | None = Field(
         default=None, description="Use only the first N samples of train_file; None uses all."
@@ -71,6 +114,20 @@ class TrainerConfig(BaseModel):
         default_factory=dict,
         description="Free-form notes carried along with the config; no recipe reads them.",
     )
+
+    @model_validator(mode="after")
+    def _schedule_can_be_followed(self) -> TrainerConfig:
+        problems = schedule_problems(
+            kind=self.lr_scheduler_type,
+            warmup_ratio=self.warmup_ratio,
+            warmup_steps=self.warmup_steps,
+            cooldown_ratio=self.cooldown_ratio,
+            max_steps=self.max_steps,
+            max_seconds=self.max_seconds,
+        )
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
 
     @classmethod
     def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:

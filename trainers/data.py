@@ -7,14 +7,18 @@ completions end with the template's end-of-turn token so the loss teaches the mo
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from datasets import Dataset
 from transformers import PreTrainedTokenizerBase
 
 from tasks.chat import ChatPrompts
+from trainers.schedule import mark
+
+if TYPE_CHECKING:  # `datasets` costs a second of every trial's start-up: imported by the TRL recipes only
+    from datasets import Dataset
 
 
 class DataFileError(ValueError):
@@ -68,12 +72,66 @@ def prompt_completion_dataset(
     format the completion ends with the end-of-turn token, which is inside the loss mask."""
     rows = read_jsonl(path, limit=max_samples, chat=chat)
     end = chat.end_of_turn if chat is not None else ""
-    return Dataset.from_dict(
+    from datasets import Dataset
+
+    dataset = Dataset.from_dict(
         {"prompt": [r["prompt"] for r in rows], "completion": [r["answer"] + end for r in rows]}
     )
+    mark("data")
+    return dataset
+
+
+_TOKENIZED: dict[
+    tuple[str, ...], Dataset
+] = {}  # this process's tokenized SFT sets, by content (a warm trial's)
+
+
+def tokenizer_fingerprint(tokenizer: PreTrainedTokenizerBase) -> str:
+    """A digest of what decides how a tokenizer splits text: its vocabulary and rules, special tokens, settings."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    rules = backend.to_str() if backend is not None else repr(sorted(tokenizer.get_vocab().items()))
+    special = json.dumps(
+        [tokenizer.eos_token, tokenizer.bos_token, tokenizer.pad_token, tokenizer.padding_side], default=str
+    )
+    return hashlib.sha256((rules + special).encode()).hexdigest()
 
 
 def tokenized_sft_dataset(
+    path: Path,
+    tokenizer: PreTrainedTokenizerBase,
+    *,
+    max_length: int,
+    completion_only_loss: bool = True,
+    max_samples: int | None = None,
+    chat: ChatPrompts | None = None,
+) -> Dataset:
+    """`_tokenize_sft` of the file, kept by content for this process: a warm trial (trainers.warm) tokenizes the
+    workspace's file before its go, and the trial reuses it when its file, tokenizer and options are the same."""
+    key = (
+        hashlib.sha256(Path(path).read_bytes()).hexdigest(),
+        tokenizer_fingerprint(tokenizer),
+        str(max_length),
+        str(completion_only_loss),
+        str(max_samples),
+        "plain" if chat is None else "chat",
+    )
+    if chat is None and key in _TOKENIZED:
+        mark("data")
+        return _TOKENIZED[key]
+    dataset = _tokenize_sft(
+        path,
+        tokenizer,
+        max_length=max_length,
+        completion_only_loss=completion_only_loss,
+        max_samples=max_samples,
+        chat=chat,
+    )
+    if chat is None:
+        _TOKENIZED[key] = dataset
+    return dataset
+
+
+def _tokenize_sft(
     path: Path,
     tokenizer: PreTrainedTokenizerBase,
     *,
@@ -108,7 +166,11 @@ def tokenized_sft_dataset(
         raise DataFileError(
             f"{path}: every sample's answer falls beyond max_length={max_length} tokens; raise max_length"
         )
-    return Dataset.from_dict({"input_ids": input_ids, "labels": labels})
+    from datasets import Dataset
+
+    dataset = Dataset.from_dict({"input_ids": input_ids, "labels": labels})
+    mark("data")
+    return dataset
 
 
 def _common_prefix_length(ids: list[int], other: list[int]) -> int:
@@ -126,10 +188,14 @@ def prompt_answer_dataset(
 ) -> Dataset:
     """For RL: `prompt` plus the reference `answer`, which TRL passes to reward functions as a keyword."""
     rows = read_jsonl(path, limit=max_samples, chat=chat)
-    return Dataset.from_dict(
+    from datasets import Dataset
+
+    dataset = Dataset.from_dict(
         {
             "prompt": [r["prompt"] for r in rows],
             "answer": [r["answer"] for r in rows],
             "id": [r["id"] for r in rows],
         }
     )
+    mark("data")
+    return dataset

@@ -12,6 +12,7 @@ import json
 import math
 import os
 import shutil
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,8 @@ from trainers.config import TrainerConfig
 from trainers.device import dtype_name, model_placement
 from trainers.optimizer_state import OPTIMIZER_DIR, save_optimizer_state
 from trainers.result import REWARD_WINDOW, TrainResult
-from trainers.runtime import TrainedRun, log
+from trainers.runtime import Pace, TrainedRun, log
+from trainers.schedule import startup_parts
 
 METRICS_FILE = "metrics.json"
 LOG_HISTORY_FILE = "log_history.jsonl"
@@ -93,6 +95,7 @@ def finish_run(
     eval_before: float | None = None,
     eval_after: float | None = None,
     extra: Mapping[str, float | None] | None = None,
+    pace: Pace | None = None,
 ) -> TrainResult:
     """Save the checkpoint (LoRA merged), `log_history.jsonl` and, last, `metrics.json`; return the result.
 
@@ -100,10 +103,28 @@ def finish_run(
     progress. `extra` holds the recipe's own figures; the shared ones (tokens, eval accuracy) are added here.
     """
     output_dir = Path(config.output_dir)
+    save_started = time.monotonic()
     plain, merged = plain_model(model)
     where = model_placement(plain)  # before the move to CPU for saving: where training really ran
     save_checkpoint(plain.cpu(), tokenizer, output_dir)
     atomic_write_lines(output_dir / LOG_HISTORY_FILE, (json.dumps(row, default=str) for row in history))
+    saving = time.monotonic() - save_started + (pace.optimizer_save_s if pace else 0.0)
+    timing: dict[str, Any] = {}
+    if pace is not None:
+        last = pace.rate.last_factor * config.learning_rate
+        timing = {
+            "startup_seconds": round(pace.clock.startup_seconds, 3),
+            "startup_parts": startup_parts(pace.clock.started_at, pace.clock.train_started or time.time()),
+            "save_seconds": round(saving, 3),
+            "wall_seconds": round(time.time() - pace.clock.started_at, 3),
+            "schedule_progress": round(pace.rate.last_progress, 4) if pace.steps else 0.0,
+            "lr_last": last if pace.steps else None,
+        }
+        if pace.steps and pace.rate.last_progress < 0.9 and config.lr_scheduler_type != "constant":
+            log(
+                f"the {config.lr_scheduler_type} schedule was followed to {pace.rate.last_progress:.0%} only "
+                f"(the last rate {last:.3g}, not its end): the trial ended before its steps or seconds did"
+            )
     rewards = logged(history, reward_key)
     figures: dict[str, float | None] = {
         **(extra or {}),
@@ -126,6 +147,7 @@ def finish_run(
         device=str(where.device),
         dtype=dtype_name(where.dtype),
         extra={key: float(value) for key, value in figures.items() if value is not None},
+        **timing,
     )
     shutil.rmtree(output_dir / STAGING_DIR, ignore_errors=True)
     atomic_write_json(output_dir / METRICS_FILE, result.model_dump(mode="json"))
@@ -149,6 +171,8 @@ def finish_trl(
     """`finish_run` for a TRL recipe: its figures read from the trainer's state and TRL's own training loss."""
     trainer = run.trainer
     steps = int(trainer.state.global_step)
+    pace = run.schedule.pace
+    saving = time.monotonic()
     if not config.lora and config.save_optimizer_max_mb > 0 and trainer.optimizer is not None:
         saved = save_optimizer_state(
             trainer.optimizer,
@@ -159,6 +183,7 @@ def finish_trl(
             staging_dir=Path(config.output_dir) / STAGING_DIR,
         )
         log(saved)
+    pace.optimizer_save_s = time.monotonic() - saving
     batch = config.per_device_train_batch_size * int(getattr(trainer.args, "gradient_accumulation_steps", 1))
     return finish_run(
         recipe=recipe,
@@ -169,9 +194,10 @@ def finish_trl(
         train_seconds=run.train_seconds,
         steps=steps,
         samples_seen=steps * batch,
-        stopped_early=run.time_budget.stopped_early,
+        stopped_early=run.schedule.stopped_early,
         train_loss=run.train_loss,
         eval_before=eval_before,
         eval_after=eval_after,
         extra=extra,
+        pace=pace,
     )

@@ -10,7 +10,6 @@ T columns whatever prompt (with or without context) it is re-scored under.
 from __future__ import annotations
 
 import random
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +29,7 @@ from trainers.finish import finish_run, prepare_output_dir
 from trainers.quick_eval import accuracy
 from trainers.result import TrainResult
 from trainers.rewards import cut_at_stop
+from trainers.runtime import Pace
 
 RewardFn = Callable[[Sequence[str], Sequence[Sample]], list[float]]
 
@@ -277,21 +277,6 @@ def policy_gradient_step(
     return float(loss.detach())
 
 
-class Clock:
-    """Training-time budget: `expired()` once `max_seconds` of wall time have passed (None = never)."""
-
-    def __init__(self, max_seconds: float | None) -> None:
-        self.start = time.perf_counter()
-        self.max_seconds = max_seconds
-
-    @property
-    def elapsed(self) -> float:
-        return time.perf_counter() - self.start
-
-    def expired(self) -> bool:
-        return self.max_seconds is not None and self.elapsed >= self.max_seconds
-
-
 def batches(samples: Sequence[Sample], size: int, seed: int) -> Callable[[], list[Sample]]:
     """An endless shuffled stream of `size`-sample batches (reshuffled each epoch)."""
     rng = random.Random(seed)
@@ -344,17 +329,42 @@ ConfigT = TypeVar("ConfigT", bound=OnPolicyConfig)
 
 
 class Session(Generic[ConfigT]):
-    """One hand-written run from its output folder to its metrics.json: the policy, the training clock and the
-    evaluation before training. Starting one clears a stale metrics.json and scores the start policy on `eval_file`;
-    the clock starts after that, so `train_seconds` counts training only."""
+    """One hand-written run from its output folder to its metrics.json: the policy, the trial's clock and schedule
+    (`pace`) and the evaluation before training. Starting one clears a stale metrics.json and scores the start
+    policy on `eval_file`; the training window opens after that, so `train_seconds` counts training only (the
+    trial's wall seconds count it all). `planned_steps`: the steps the schedule spans, when not `max_steps`."""
 
-    def __init__(self, config: ConfigT, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> None:
+    def __init__(
+        self,
+        config: ConfigT,
+        model: PreTrainedModel,
+        tokenizer: PreTrainedTokenizerBase,
+        planned_steps: int | None = None,
+    ) -> None:
         self.config = config
         self.model = model
         self.tokenizer = tokenizer
         prepare_output_dir(Path(config.output_dir))
         self.eval_before = evaluate(model, tokenizer, config)
-        self.clock = Clock(config.max_seconds)
+        self.pace = Pace(config, planned_steps)
+        self.pace.begin_training(model)
+
+    def begin_step(self, *optimizers: torch.optim.Optimizer) -> bool:
+        """Before each optimizer step: its rate set on `optimizers` by the schedule; False: stop and save now."""
+        return self.pace.begin_step(*optimizers)
+
+    def _with_rate(self, row: Mapping[str, Any]) -> Mapping[str, Any]:
+        """A per-step row with the learning rate its step took (as TRL's log rows carry it)."""
+        step = row.get("step")
+        factors = self.pace.factors
+        if "learning_rate" in row or not isinstance(step, int | float) or not 1 <= step <= len(factors):
+            return row
+        return {**row, "learning_rate": factors[int(step) - 1] * self.config.learning_rate}
+
+    def of_steps(self, step_number: int) -> str:
+        """ "12/100" for a progress line ("12" for a trial bounded by seconds alone)."""
+        planned = self.pace.clock.max_steps
+        return f"{step_number}/{planned}" if planned else str(step_number)
 
     def log_due(self, step_number: int) -> bool:
         """Whether step `step_number` gets a progress line (the first, then every `logging_steps`)."""
@@ -369,15 +379,14 @@ class Session(Generic[ConfigT]):
         reward_key: str | None = None,
         loss_key: str = "loss",
         steps: int | None = None,
-        planned_steps: int | None = None,
         eval_after: float | None | Literal["now"] = "now",
         extra: Mapping[str, float | None] | None = None,
     ) -> TrainResult:
         """Evaluate the trained policy (unless `eval_after` is given) and save it all (`finish_run`). `history` has
-        one row per step unless `steps` says otherwise; `planned_steps` defaults to `max_steps`."""
-        train_seconds = self.clock.elapsed
+        one row per step unless `steps` says otherwise."""
+        train_seconds = self.pace.elapsed
         steps = len(history) if steps is None else steps
-        planned = self.config.max_steps if planned_steps is None else planned_steps
+        history = [self._with_rate(row) for row in history]
         losses = [float(r[loss_key]) for r in history if isinstance(r.get(loss_key), int | float)]
         return finish_run(
             recipe=recipe,
@@ -388,7 +397,7 @@ class Session(Generic[ConfigT]):
             train_seconds=train_seconds,
             steps=steps,
             samples_seen=steps * self.config.per_device_train_batch_size,
-            stopped_early=self.clock.expired() and steps < planned,
+            stopped_early=self.pace.ran_out_of_time(),
             train_loss=mean(losses) if losses else None,
             reward_key=reward_key,
             train_tokens=tokens,
@@ -397,4 +406,5 @@ class Session(Generic[ConfigT]):
             if eval_after == "now"
             else eval_after,
             extra=extra,
+            pace=self.pace,
         )

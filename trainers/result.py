@@ -24,6 +24,29 @@ class TrainResult(BaseModel):
     )
     steps: int = Field(default=0, description="Optimizer steps actually taken.")
     train_seconds: float = Field(default=0.0, description="Wall time of training, final evaluation excluded.")
+    startup_seconds: float | None = Field(
+        default=None,
+        description="From the trial's start (the host's launch) to its first training step: imports, data, model "
+        "load, evaluation before training.",
+    )
+    startup_parts: dict[str, float] = Field(
+        default_factory=dict,
+        description="Where startup_seconds went, in order: launch (sandbox and interpreter), imports, model, data, "
+        "other.",
+    )
+    save_seconds: float | None = Field(
+        default=None, description="Writing the checkpoint (and optimizer state)."
+    )
+    wall_seconds: float | None = Field(
+        default=None,
+        description="From the trial's start to its checkpoint saved: what the trial cost in time.",
+    )
+    schedule_progress: float | None = Field(
+        default=None,
+        description="How far through its learning-rate schedule the trial got (1: to its end; less: the rate "
+        "never reached where the schedule ends, e.g. a warm-up or decay longer than the trial).",
+    )
+    lr_last: float | None = Field(default=None, description="The learning rate of the last step taken.")
     samples_per_second: float | None = Field(
         default=None, description="Training samples (completions, pairs) consumed per second of training."
     )

@@ -1,5 +1,5 @@
 """What every recipe run shares before it ends: seeding, loading (on `trainers.device`'s device and dtype), TRL
-arguments, the time budget and progress lines. How a run ends (checkpoint, log history, metrics.json) is `trainers.finish`."""
+arguments, the trial's clock and schedule (`Pace`) and progress lines. How a run ends (checkpoint, log history, metrics.json) is `trainers.finish`."""
 
 from __future__ import annotations
 
@@ -24,10 +24,15 @@ from transformers import (
 from trainers import device
 from trainers.config import TrainerConfig
 from trainers.optimizer_state import OPTIMIZER_DIR, SavedState, install_optimizer_state, read_optimizer_state
+from trainers.schedule import SAVE_FIXED_S, LearningRate, TrialClock, mark, save_seconds
+
+UNBOUNDED_STEPS = 10**9  # TRL needs a step count; a trial bounded by max_seconds alone ends by its clock
 
 
 def seed_everything(seed: int) -> None:
-    """Python, NumPy (if present) and torch RNGs, so a run with the same config repeats."""
+    """Python, NumPy (if present) and torch RNGs, so a run with the same config repeats. Every recipe calls it
+    once its imports are done: the start-up's `imports` part ends here."""
+    mark("imports")
     quiet_libraries()
     random.seed(seed)
     try:
@@ -54,30 +59,43 @@ def log(message: str) -> None:
     print(f"[trainers] {message}", flush=True)
 
 
-class TimeBudgetCallback(TrainerCallback):  # type: ignore[misc]
-    """Stops training cleanly once `max_seconds` of training time is spent; the final checkpoint is still saved."""
+class ScheduleCallback(TrainerCallback):  # type: ignore[misc]
+    """The trial's clock and learning rate for a TRL trainer: the training window opens at `on_train_begin`, the
+    rate is set from the trial's progress before every optimizer step (TRL's own scheduler is constant and only
+    reports it), and training stops cleanly once the window's seconds are spent; the checkpoint is still saved."""
 
-    def __init__(self, max_seconds: float | None) -> None:
-        self.max_seconds = max_seconds
-        self.started = time.monotonic()
+    def __init__(self, config: TrainerConfig) -> None:
+        self.pace = Pace(config)
         self.stopped_early = False
 
     def on_train_begin(
-        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **_: Any
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
     ) -> None:
-        self.started = time.monotonic()
+        self.pace.begin_training(kwargs.get("model"))
+
+    def on_pre_optimizer_step(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+    ) -> None:
+        optimizer = kwargs.get("optimizer")
+        if optimizer is None:
+            return
+        self.pace.rate.apply(state.global_step, optimizer)
+        self.pace.steps = state.global_step + 1
+        scheduler = kwargs.get("lr_scheduler")
+        if scheduler is not None:  # what the Trainer logs as learning_rate
+            scheduler._last_lr = [group["lr"] for group in optimizer.param_groups]
 
     def on_step_end(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **_: Any
     ) -> None:
-        if self.max_seconds is None or control.should_training_stop:
+        if control.should_training_stop or not self.pace.clock.expired(state.global_step):
             return
-        elapsed = time.monotonic() - self.started
-        if elapsed >= self.max_seconds and state.global_step < state.max_steps:
-            self.stopped_early = True
-            control.should_training_stop = True
+        control.should_training_stop = True
+        if self.pace.clock.max_steps is None or state.global_step < self.pace.clock.max_steps:
+            self.stopped_early = self.pace.clock.max_steps is not None
             log(
-                f"time budget of {self.max_seconds:.0f}s spent at step {state.global_step}; stopping and saving"
+                f"training window of {self.pace.clock.window_s or 0:.1f}s spent at step {state.global_step} "
+                f"(learning rate at {self.pace.rate.last_factor:.3f} of its peak); stopping and saving"
             )
 
 
@@ -113,7 +131,8 @@ class ProgressCallback(TrainerCallback):  # type: ignore[misc]
     ) -> None:
         if not logs or "train_runtime" in logs:
             return
-        parts = [f"step {state.global_step}/{state.max_steps}"]
+        bounded = state.max_steps < UNBOUNDED_STEPS
+        parts = [f"step {state.global_step}/{state.max_steps}" if bounded else f"step {state.global_step}"]
         for key in self._KEYS:
             value = logs.get(key)
             if isinstance(value, int | float):
@@ -130,7 +149,10 @@ def base_training_args(config: TrainerConfig, staging: Path) -> dict[str, Any]:
         "seed": config.seed,
         "data_seed": config.seed,
         "learning_rate": config.learning_rate,
-        "max_steps": config.max_steps,
+        "max_steps": config.max_steps or UNBOUNDED_STEPS,
+        # the rate follows the trial's own progress (ScheduleCallback); TRL's scheduler stays constant
+        "lr_scheduler_type": "constant",
+        "warmup_steps": 0,
         "per_device_train_batch_size": config.per_device_train_batch_size,
         "logging_steps": config.logging_steps,
         "logging_first_step": True,
@@ -146,6 +168,13 @@ def base_training_args(config: TrainerConfig, staging: Path) -> dict[str, Any]:
     }
 
 
+def steps_text(config: TrainerConfig) -> str:
+    """How long the trial will train, for its first log line."""
+    steps = f"up to {config.max_steps} steps" if config.max_steps is not None else ""
+    seconds = f"{config.max_seconds:g} wall seconds" if config.max_seconds is not None else ""
+    return " within ".join(part for part in (steps, seconds) if part)
+
+
 def load_model_and_tokenizer(model_path: Path) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """The starting checkpoint on this process's device, in its dtype (`trainers.device`), and its tokenizer."""
     if not (model_path / "config.json").is_file():
@@ -158,6 +187,7 @@ def load_model_and_tokenizer(model_path: Path) -> tuple[PreTrainedModel, PreTrai
         tokenizer.pad_token = tokenizer.eos_token
     where = device.placement()
     model = device.load_causal_lm(model_path, where)
+    mark("model")
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     log(f"model on {where.describe()}" + (f" (CUDA_VISIBLE_DEVICES={visible})" if visible else ""))
     return model, tokenizer
@@ -188,7 +218,7 @@ class TrainedRun:
 
     trainer: Any
     train_loss: float | None
-    time_budget: TimeBudgetCallback
+    schedule: ScheduleCallback
     train_seconds: float
 
 
@@ -209,11 +239,13 @@ class ContinueOptimizer(TrainerCallback):  # type: ignore[misc]
         install_optimizer_state(optimizer, self.model, self.saved)
 
 
-def continued_optimizer(config: TrainerConfig, trainer_kwargs: dict[str, Any]) -> ContinueOptimizer | None:
-    """With `resume_optimizer`, the callback that continues the starting checkpoint's optimizer (the warm-up in
-    `trainer_kwargs['args']` set to 0 steps), or None for a fresh optimizer; the log says which and why."""
-    model, args = trainer_kwargs.get("model"), trainer_kwargs.get("args")
-    if not config.resume_optimizer or config.lora or not isinstance(model, torch.nn.Module) or args is None:
+def continued_optimizer(
+    config: TrainerConfig, trainer_kwargs: dict[str, Any], schedule: ScheduleCallback
+) -> ContinueOptimizer | None:
+    """With `resume_optimizer`, the callback that continues the starting checkpoint's optimizer (the schedule's
+    warm-up skipped: the moments are warm already), or None for a fresh optimizer; the log says which and why."""
+    model = trainer_kwargs.get("model")
+    if not config.resume_optimizer or config.lora or not isinstance(model, torch.nn.Module):
         return None
     if not (Path(config.model_path) / OPTIMIZER_DIR).exists():
         return None
@@ -221,19 +253,75 @@ def continued_optimizer(config: TrainerConfig, trainer_kwargs: dict[str, Any]) -
     if isinstance(saved, str):
         log(f"fresh optimizer: {saved}")
         return None
-    args.warmup_steps = 0
+    schedule.pace.rate.skip_warmup = True
     log(f"continuing the starting checkpoint's optimizer (Adam's moments at step {saved.step}); no warm-up")
     return ContinueOptimizer(model, saved)
 
 
 def train_trl(trainer_class: Any, config: TrainerConfig, **trainer_kwargs: Any) -> TrainedRun:
-    """Build a TRL trainer with the run's time budget, progress lines and PEFT config, and train it (continuing
-    the starting checkpoint's optimizer where `trainers.optimizer_state` allows)."""
-    time_budget = TimeBudgetCallback(config.max_seconds)
-    continued = continued_optimizer(config, trainer_kwargs)
-    callbacks = [time_budget, ProgressCallback(), *([continued] if continued else [])]
+    """Build a TRL trainer with the trial's clock and schedule, progress lines and PEFT config, and train it
+    (continuing the starting checkpoint's optimizer where `trainers.optimizer_state` allows)."""
+    schedule = ScheduleCallback(config)
+    continued = continued_optimizer(config, trainer_kwargs, schedule)
+    # the schedule first: its rate is set before the continued optimizer's moments are installed, and its stop
+    # decision is made before ProgressCallback asks whether this step is the last
+    callbacks = [schedule, ProgressCallback(), *([continued] if continued else [])]
     trainer = trainer_class(peft_config=peft_config(config), callbacks=callbacks, **trainer_kwargs)
     without_printer(trainer)
     started = time.monotonic()
     output = trainer.train()
-    return TrainedRun(trainer, output.training_loss, time_budget, time.monotonic() - started)
+    return TrainedRun(trainer, output.training_loss, schedule, time.monotonic() - started)
+
+
+class Pace:
+    """One trial's clock (`trainers.schedule.TrialClock`) and learning rate, from its config. A hand-written loop
+    calls `begin_step(*optimizers)` before each optimizer step (False: the trial must stop now)."""
+
+    def __init__(self, config: TrainerConfig, planned_steps: int | None = None) -> None:
+        steps = config.max_steps if planned_steps is None else planned_steps
+        self.clock = TrialClock(config.max_seconds, steps, reserved_seconds=config.reserved_seconds)
+        self.rate = LearningRate(
+            self.clock,
+            kind=config.lr_scheduler_type,
+            warmup_ratio=config.warmup_ratio,
+            warmup_steps=config.warmup_steps,
+            cooldown_ratio=config.cooldown_ratio,
+            min_lr_ratio=config.min_lr_ratio,
+        )
+        self.steps = 0
+        self.factors: list[float] = []  # each step's share of the peak rate, in order
+        self.optimizer_save_s = 0.0  # saving the optimizer's moments (TRL recipes): part of save_seconds
+
+    def begin_training(self, model: torch.nn.Module | None) -> None:
+        """Open the training window, keeping back what saving `model` will take."""
+        self.clock.begin_training(save_seconds(model) if isinstance(model, torch.nn.Module) else SAVE_FIXED_S)
+
+    def begin_step(self, *optimizers: torch.optim.Optimizer) -> bool:
+        """Set the rate of the next step on `optimizers`; False once the steps or the window are spent."""
+        if self.clock.expired(self.steps):
+            return False
+        self.factors.append(self.rate.apply(self.steps, *optimizers))
+        self.steps += 1
+        return True
+
+    @property
+    def elapsed(self) -> float:
+        """Training seconds so far."""
+        return self.clock.training_elapsed
+
+    def expired(self) -> bool:
+        """The steps or the window are spent: no further step."""
+        return self.clock.expired(self.steps)
+
+    def ran_out_of_time(self) -> bool:
+        """The window's seconds ended the trial before its planned steps were done."""
+        planned = self.clock.max_steps
+        return planned is not None and self.steps < planned and self.clock.expired(self.steps)
+
+    def figures(self) -> dict[str, float]:
+        """metrics.json's view of the trial's time and schedule."""
+        return {
+            **self.rate.figures(),
+            "startup_seconds": round(self.clock.startup_seconds, 3),
+            **({"train_window_seconds": round(self.clock.window_s, 3)} if self.clock.window_s else {}),
+        }

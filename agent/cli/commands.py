@@ -128,7 +128,14 @@ def run(
     ] = None,
     trial_steps: Annotated[int | None, typer.Option(help="Fixed steps per trial (reproducible).")] = None,
     trial_seconds: Annotated[
-        float | None, typer.Option(help="Training seconds per trial (equal compute for every policy).")
+        float | None,
+        typer.Option(help="Wall seconds per trial, validation included (equal compute for every policy)."),
+    ] = None,
+    trial_prewarm: Annotated[
+        bool | None,
+        typer.Option(
+            help="Start each trial's sandbox and imports while the previous one is validated and graded."
+        ),
     ] = None,
     trial_cpus: Annotated[float | None, typer.Option(help="CPU limit of one trial (docker).")] = None,
     trial_concurrency: Annotated[

@@ -9,6 +9,7 @@ from typing import Any
 
 from agent.loop.graph import LoopState
 from agent.loop.resources import RunResources
+from agent.proposers.base import TrialRecord
 from agent.run.finish import (
     best_checkpoint,
     close_tracking,
@@ -17,6 +18,11 @@ from agent.run.finish import (
     write_ending,
 )
 from agent.run.results import final_figures, result_row
+
+
+def trial_compute(trials: list[TrialRecord]) -> tuple[float, float]:
+    """(wall seconds, training seconds) over a run's trials: what the run spent, and how much of it trained."""
+    return sum(t.wall_s for t in trials), sum(t.train_s or 0.0 for t in trials)
 
 
 def finalize(
@@ -38,6 +44,7 @@ def finalize(
         duration_s=round(run.used_s(state), 1),
         isolation=run.isolation,
         error=reason,
+        compute=trial_compute(run.trials(state)),
     )
     summary, plot = write_ending(
         run.paths,

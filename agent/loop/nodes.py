@@ -16,7 +16,7 @@ from typing import Any
 from langgraph.types import interrupt
 
 from agent.llm.errors import LLMBudgetExhaustedError, LLMUnavailableError
-from agent.loop import approvals, concurrency
+from agent.loop import approvals, concurrency, prewarm
 from agent.loop.codecheck import check_and_repair
 from agent.loop.ending import finalize
 from agent.loop.graph import LoopState
@@ -31,6 +31,12 @@ from agent.run.interrupts import failpoint
 from agent.run.reporting import submission_flags
 from agent.run.tracking import traced_nodes
 from grader.figures import run_figures
+from sandbox.base import SandboxResult
+from trainers.schedule import TRIAL_STARTED_ENV
+
+EXIT_ESTIMATE_MAX_S = (
+    30.0  # a trainer's exit and the checkpoint's sealing: kept back of a trial's budget at most
+)
 
 
 @traced_nodes  # each node is an MLflow trace linked to its trial's run
@@ -65,6 +71,9 @@ class Research(Screened):
 
     # ---- nodes -------------------------------------------------------------------------------------------------
     def prepare(self, state: LoopState) -> dict[str, Any]:
+        self.launch_warm(
+            1
+        )  # the first trial's imports overlap the grader's start and the baseline's validation
         baseline = self.grader.get("/scores").get("baseline") or {}
         score = baseline["score"]
         parent = self.tracker.start_parent(
@@ -124,6 +133,7 @@ class Research(Screened):
             recipes=allowed_recipes(self.config.recipes),
             seed=self.config.seed,
             trial_seconds=self.config.trial_seconds,
+            compute_left_s=self.compute_left_s(),
             feedback=state.get("feedback"),
             workspace=str(self.paths.workspace),
             base_model_path=str(self.base_model),
@@ -223,24 +233,33 @@ class Research(Screened):
                 return record
         seconds_left = max(30.0, self.config.timeout - FINISH_RESERVE_S - self.used_s(state))
         timeout_s = min(self.config.trial_timeout, seconds_left + 60.0)
-        try:
-            request = self.trial_request(record.proposal, record.trial_id, trials, timeout_s)
-            request = concurrency.split_request(
-                request, self.config, k, slot, self.devices, self.sandbox.name
-            )
-        except TrialSetupError as exc:
-            record.status, record.error = "failed", str(exc)
-            self.reporter.error(f"{record.trial_id}: {exc}")
-            return record
-        with (
-            self.reporter.watching(f"{record.trial_id} training", request.log_path)
-            if k == 1
-            else nullcontext()
-        ):
-            if os.environ.get("RLLOOP_FAILPOINT", "").startswith("run_trial"):
-                threading.Timer(3.0, failpoint, ("run_trial", record.index)).start()  # die mid-training
-            result = self.sandbox.run(request)
+        result = self._train_warm(record, trials, started, timeout_s) if k == 1 else None
+        if result is None:
+            try:
+                request = self.trial_request(record.proposal, record.trial_id, trials, timeout_s)
+                request = concurrency.split_request(
+                    request, self.config, k, slot, self.devices, self.sandbox.name
+                )
+                # the trial's clock starts here, with the host's work for it: its max_seconds count from now
+                env = {**request.env, TRIAL_STARTED_ENV: f"{started:.3f}"}
+                request = request.model_copy(update={"env": env})
+            except TrialSetupError as exc:
+                record.status, record.error = "failed", str(exc)
+                self.reporter.error(f"{record.trial_id}: {exc}")
+                return record
+            with (
+                self.reporter.watching(f"{record.trial_id} training", request.log_path)
+                if k == 1
+                else nullcontext()
+            ):
+                self._failpoint_mid_training(record)
+                if k == 1:
+                    self._warm_next(record)
+                result = self.sandbox.run(request)
         record = outcome(record, result, self.paths, started)
+        trainer_wall = record.train_metrics.get("wall_seconds")  # the trial's word: used only as an estimate
+        if trainer_wall is not None and k == 1:
+            self.exit_estimate_s = min(max(record.duration_s - trainer_wall, 0.0), EXIT_ESTIMATE_MAX_S)
         record.sandbox = {"backend": result.backend, "image_digest": result.image_digest}
         # a backend that places trials on other machines (ray) says where this one ran
         node = getattr(result, "node", None)
@@ -254,10 +273,45 @@ class Research(Screened):
         if record.status == "succeeded":
             loss = record.train_metrics.get("train_loss")
             extra = f", train loss {loss:.3f}" if loss is not None else ""
-            self.reporter.info(f"    trained in {record.duration_s:.0f}s{extra}")
+            train = record.train_s
+            trained = f", {train:.0f}s of it training" if train is not None else ""
+            self.reporter.info(f"    trained in {record.duration_s:.0f}s{trained}{extra}")
         else:
-            self.reporter.error(f"{record.trial_id} failed: {record.error} (log: {request.log_path})")
+            log = self.paths.trial_dir(record.trial_id) / "log.txt"
+            self.reporter.error(f"{record.trial_id} failed: {record.error} (log: {log})")
         return record
+
+    def _train_warm(
+        self, record: TrialRecord, trials: list[TrialRecord], started: float, timeout_s: float
+    ) -> SandboxResult | None:
+        """Train `record` in the warm sandbox started for it (agent.loop.prewarm), if there is one that can take it;
+        None: train it in a fresh sandbox."""
+        warm = self.take_warm(record.trial_id)
+        if warm is None:
+            return None
+        try:
+            prepared = self.prepare_warm(warm, record.proposal, trials)
+        except (
+            TrialSetupError
+        ):  # the fresh path says what is wrong (or trains it, for a start it cannot link)
+            prewarm.cancel(warm, self.sandbox)
+            return None
+        if not prewarm.go(warm, prepared, started, sandbox=self.sandbox):
+            return None
+        self._warm_next(record)
+        with self.reporter.watching(f"{record.trial_id} training", warm.request.log_path):
+            self._failpoint_mid_training(record)
+            return prewarm.wait(warm, started, sandbox=self.sandbox, timeout_s=timeout_s)
+
+    def _warm_next(self, record: TrialRecord) -> None:
+        """While `record` trains, the next trial's sandbox starts and imports (on the core its one thread leaves)."""
+        if record.index < self.config.loop_n:
+            self.launch_warm(record.index + 1)
+
+    @staticmethod
+    def _failpoint_mid_training(record: TrialRecord) -> None:
+        if os.environ.get("RLLOOP_FAILPOINT", "").startswith("run_trial"):
+            threading.Timer(3.0, failpoint, ("run_trial", record.index)).start()  # die mid-training
 
     def validate(self, state: LoopState) -> dict[str, Any]:
         update = super().validate(state)
@@ -361,7 +415,7 @@ class Research(Screened):
                 ],
                 extra_tags=node_tags(record.sandbox.get("node")),
             )
-        self.budget.record_compute(record.duration_s)
+        self.budget.record_compute(record.wall_s)
         spent = self.budget.spent()
         if parent and (spent.tokens or spent.usd):
             self.tracker.log_metrics(
@@ -371,6 +425,7 @@ class Research(Screened):
         return update
 
     def finish(self, state: LoopState) -> dict[str, Any]:
+        self.cancel_warm()  # no trial follows
         reason = self.stop_reason(state) or "done"
         status = (
             "terminated"

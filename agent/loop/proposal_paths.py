@@ -30,7 +30,15 @@ from sandbox.view import FIXED, TrialView
 
 # Config fields the loop fills in for every trial (agent.loop.trials.recipe_config); a proposal must not set them.
 LOOP_OWNED_FIELDS = frozenset(
-    {"model_path", "train_file", "output_dir", "benchmark", "prompt_format", "system_prompt"}
+    {
+        "model_path",
+        "train_file",
+        "output_dir",
+        "benchmark",
+        "prompt_format",
+        "system_prompt",
+        "reserved_seconds",
+    }
 )
 _LOOP_OWNED_HINTS = {
     "model_path": "the checkpoint to start from: choose it with init_from (a trial id, or null for the base model)",
@@ -39,6 +47,7 @@ _LOOP_OWNED_HINTS = {
     "benchmark": "always the run's benchmark",
     "prompt_format": "always the run's --prompt-format (what the grader scores with)",
     "system_prompt": "always the run's --system-prompt (what the grader scores with)",
+    "reserved_seconds": "the seconds of max_seconds the loop keeps for validating the checkpoint",
 }
 _PATH_SUFFIXES = ("_path", "_file", "_dir", "_paths", "_files", "_dirs")
 # Fields named like this hold a model folder, which may also be the run's base model (mounted read-only).

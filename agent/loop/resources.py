@@ -13,8 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from agent.llm.budget import Budget
+from agent.loop import prewarm
 from agent.loop.graph import LoopState
-from agent.loop.trials import trial_request
+from agent.loop.prewarm import WarmTrial
+from agent.loop.trials import PreparedTrial, allowed_recipes, prepare_trial, python_for, trial_request
 from agent.proposers.base import Proposal, Proposer, TrialRecord
 from agent.run.config import RunConfig
 from agent.run.context import RunContext
@@ -23,7 +25,8 @@ from agent.run.reporting import Reporter
 from agent.run.tracking import Tracker
 from agent.run.workspace import RunPaths
 from grader.benchmarks import Benchmark
-from sandbox.base import Sandbox, SandboxRequest
+from sandbox import untrusted
+from sandbox.base import Sandbox, SandboxRequest, maps_paths
 from sandbox.devices import DevicePlan
 from sandbox.registry import isolation_of
 
@@ -39,6 +42,11 @@ class RunResources:
         self._grader: GraderProcess | None = None
         self._mark = time.monotonic()
         self.grader_start_s = 0.0  # wall seconds spent starting the grader (model load + baseline)
+        # what validating a checkpoint, and a trainer's exit and the checkpoint's sealing, took last: a time-boxed
+        # trial keeps both back of its max_seconds, so its wall seconds, validation included, fit them
+        self.validation_estimate_s = 0.0
+        self.exit_estimate_s = 0.0
+        self.warm: WarmTrial | None = None  # the next trial's sandbox, started early (agent.loop.prewarm)
 
     # ---- the run's context, read-only ---------------------------------------------------------------------------
     @property
@@ -171,9 +179,70 @@ class RunResources:
             cpus=self.config.trial_cpus,
             gpus=self.devices.for_trial(),
             prompting=self.prompting,
+            reserved_seconds=self.validation_estimate_s + self.exit_estimate_s,
         )
 
+    def prepare_warm(self, warm: WarmTrial, proposal: Proposal, trials: list[TrialRecord]) -> PreparedTrial:
+        """The trial's record and command for the warm sandbox that waits for it (TrialSetupError, WarmStartError)."""
+        return prepare_trial(
+            proposal,
+            trial_id=warm.trial_id,
+            paths=self.paths,
+            base_model=self.base_model,
+            trials=trials,
+            benchmark=self.config.benchmark,
+            python=python_for(self.sandbox),
+            maps=maps_paths(self.sandbox),
+            prompting=self.prompting,
+            reserved_seconds=self.validation_estimate_s + self.exit_estimate_s,
+            warm_start=warm.start,
+        )
+
+    def launch_warm(self, index: int) -> None:
+        """Start trial `index`'s sandbox now, if the run will train it and warm trials work here."""
+        config = self.config
+        if self.warm is not None and self.warm.trial_id == f"t{index:02d}":
+            return
+        self.cancel_warm()
+        gpus = len(self.devices.for_trial()) if config.trial_gpus else 0
+        if not config.trial_prewarm or index > config.loop_n:
+            return
+        if not prewarm.supported(self.sandbox, gpus=gpus, concurrency=config.trial_concurrency):
+            return
+        try:
+            self.warm = prewarm.launch(
+                self.sandbox,
+                trial_id=f"t{index:02d}",
+                paths=self.paths,
+                base_model=self.base_model,
+                timeout_s=config.trial_timeout,
+                memory_mb=config.trial_memory_mb,
+                cpus=config.trial_cpus,
+                recipes=allowed_recipes(config.recipes),
+            )
+        except (OSError, untrusted.UntrustedPathError) as exc:  # the trial starts afresh when its turn comes
+            self.reporter.warn(f"t{index:02d}: no warm sandbox ({exc})")
+
+    def take_warm(self, trial_id: str) -> WarmTrial | None:
+        """The warm sandbox started for `trial_id` (handed over: the caller owns it now), else None."""
+        warm, self.warm = self.warm, None
+        if warm is not None and warm.trial_id != trial_id:
+            prewarm.cancel(warm, self.sandbox, forget=True)
+            return None
+        return warm
+
+    def cancel_warm(self) -> None:
+        """End the warm sandbox of a trial that will not come (the run ends, or another trial comes first)."""
+        warm, self.warm = self.warm, None
+        if warm is not None:
+            prewarm.cancel(warm, self.sandbox, forget=True)
+
     # ---- the time budget ----------------------------------------------------------------------------------------
+    def compute_left_s(self) -> float | None:
+        """Trial wall seconds the run may still spend (`--max-compute-s`), or None without that cap."""
+        limit = self.budget.limits.max_compute_s
+        return None if limit is None else max(0.0, limit - self.budget.spent().compute_s)
+
     def used_s(self, state: LoopState) -> float:
         return float(state.get("used_s", 0.0)) + (time.monotonic() - self._mark)
 

@@ -14,6 +14,7 @@ it and it beats on valid what was graded (`Screened.end_candidate`): the run's a
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal, cast
@@ -23,6 +24,7 @@ from agent.loop.resources import RunResources
 from agent.loop.validation import (
     BASE_ID,
     Validation,
+    clearly_apart,
     load_validation,
     paired_gain_low,
     valid_samples,
@@ -64,6 +66,13 @@ def should_submit(
     return False, f"not submitted: {why} (best so far: {ref_name})"
 
 
+def _sized(result: Validation) -> str:
+    """n, and where validation stopped early, of how many and why."""
+    if result.planned is None:
+        return f"n={result.n}"
+    return f"n={result.n} of {result.planned}: clearly apart from the reference, the rest not scored"
+
+
 def best_by_valid(trials: list[TrialRecord], *, submitted: bool | None = None) -> TrialRecord | None:
     """The succeeded trial with the highest valid score (ties: the earlier one); `submitted` True/False limits it
     to trials that were / were not graded. Flagged and duplicate submissions never count as best."""
@@ -95,22 +104,29 @@ class Screened(RunResources):
             )
         return EvalConfig(batch_size=self.config.eval_batch_size)
 
-    def validation_of(self, name: str, checkpoint: Path, *, reuse: bool = False) -> Validation | None:
+    def validation_of(
+        self, name: str, checkpoint: Path, *, reuse: bool = False, against: float | None = None
+    ) -> Validation | None:
         """`checkpoint` scored on the valid split into trials/<name>/validation.json (None, with a warning, when
-        it cannot be scored). `reuse`: an earlier file for the same name stands (the base model's, on resume)."""
+        it cannot be scored). `reuse`: an earlier file for the same name stands (the base model's, on resume).
+        `against`: the score it is judged against; scoring stops once it is clearly above or below it."""
         out = validation_file(self.paths.trials_dir, name)
         if reuse and (earlier := load_validation(out)) is not None:
             return earlier
         try:
+            started = time.monotonic()
             with self.reporter.watching(f"{name} validation"):
-                return validate(
+                result = validate(
                     checkpoint,
                     base_model=self.base_model,
                     samples=valid_samples(self.benchmark, self.config.valid_limit),
                     benchmark=self.benchmark,
                     config=self.eval_config(),
                     out=out,
+                    settled=None if against is None else lambda scores: clearly_apart(scores, against),
                 )
+            self.validation_estimate_s = time.monotonic() - started
+            return result
         except Exception as exc:  # noqa: BLE001 - a checkpoint that cannot be validated is graded as before
             self.reporter.warn(f"{name}: validation failed ({type(exc).__name__}: {str(exc)[:200]})")
             return None
@@ -146,15 +162,21 @@ class Screened(RunResources):
         """Score the trial's checkpoint on the valid split, then let the submission policy decide on it."""
         record = TrialRecord.model_validate(state["current"])
         assert record.checkpoint is not None
-        result = self.validation_of(record.trial_id, self.paths.checkpoint(record.checkpoint))
+        started = time.monotonic()
+        ref, ref_name = self.reference(state)
+        result = self.validation_of(
+            record.trial_id,
+            self.paths.checkpoint(record.checkpoint),
+            against=ref.score if ref is not None else None,
+        )
+        record.validation_s = round(time.monotonic() - started, 2)  # part of the trial's wall seconds
         if result is not None:
             record.valid_score, record.valid_n = result.score, result.n
             record.valid_ci_low, record.valid_ci_high = result.ci_low, result.ci_high
         failpoint("validate", record.index)  # validated, the decision not yet recorded
-        ref, ref_name = self.reference(state)
         go, why = should_submit(self.config.submit, result, ref, ref_name)
         record.submission_note = why
-        shown = f"valid {result.text()} (n={result.n})" if result is not None else "no valid score"
+        shown = f"valid {result.text()} ({_sized(result)})" if result is not None else "no valid score"
         self.reporter.info(f"    {shown}: {'submitting, ' + why if go else why}")
         parent = state.get("mlflow_parent")
         base = state.get("baseline_valid")

@@ -52,6 +52,10 @@ class ProposalRefusedError(TrialSetupError):
     """The proposal sets a field the loop owns or names a file the trial cannot see (agent.loop.proposal_paths)."""
 
 
+class WarmStartError(TrialSetupError):
+    """A warm sandbox cannot take this trial (its start checkpoint cannot be linked in): start a fresh one."""
+
+
 class CheckpointChangedError(TrialSetupError):
     """A finished trial's checkpoint no longer matches the digest sealed when it ended (or the grader recorded)."""
 
@@ -119,9 +123,11 @@ def recipe_config(
     seen: TrialView,
     benchmark: str,
     prompting: dict[str, Any] | None = None,
+    reserved_seconds: float = 0.0,
 ) -> dict[str, Any]:
     """The recipe's config as the trainer will read it (paths as the trial sees them), validated against the
-    recipe's pydantic class."""
+    recipe's pydantic class. `reserved_seconds`: what a time-boxed trial keeps of its max_seconds for the host's
+    validation of its checkpoint (the trial's wall seconds count both)."""
     from trainers.registry import get_recipe
 
     try:
@@ -141,6 +147,8 @@ def recipe_config(
         "benchmark": benchmark,
         **(prompting or {}),  # the run's prompt format: trials train on the prompts the grader scores
     }
+    if proposal.hyperparameters.get("max_seconds") is not None and reserved_seconds > 0:
+        config["reserved_seconds"] = round(reserved_seconds, 2)
     try:
         validated = recipe.config_class.model_validate(config)
     except ValidationError as exc:
@@ -191,20 +199,39 @@ def prepare_trial(
     python: str,
     maps: bool,
     prompting: dict[str, Any] | None = None,
+    reserved_seconds: float = 0.0,
+    warm_start: Path | None = None,
 ) -> PreparedTrial:
     """Write the host's record of the trial (proposal.json, config.json, train.py) and return its command.
 
-    `maps`: whether the sandbox shows the trial its folders at fixed paths (`sandbox.base.maps_paths`)."""
+    `maps`: whether the sandbox shows the trial its folders at fixed paths (`sandbox.base.maps_paths`).
+    `warm_start`: the empty host folder a warm sandbox (agent.loop.prewarm) already shows the trial as its start
+    checkpoint: the start checkpoint's files are linked into it, and the trial's folders, made when that sandbox
+    started, are kept."""
     model_path = start_checkpoint(proposal, paths, base_model, trials)
+    if warm_start is not None:
+        try:
+            untrusted.link_tree(model_path.parent, model_path.name, warm_start)
+        except (OSError, untrusted.UntrustedPathError) as exc:
+            raise WarmStartError(
+                f"the start checkpoint cannot be handed to the warm sandbox: {exc}"
+            ) from None
+        model_path = warm_start
     host = trial_folders(paths, trial_id, base_model, model_path)
     seen = host.seen(maps)
     check_proposal(proposal, seen=seen)
     config = (
         None
         if proposal.train_py
-        else recipe_config(proposal, seen=seen, benchmark=benchmark, prompting=prompting)
+        else recipe_config(
+            proposal, seen=seen, benchmark=benchmark, prompting=prompting, reserved_seconds=reserved_seconds
+        )
     )
-    trial_dir = fresh_output(paths, trial_id)
+    trial_dir = (
+        fresh_output(paths, trial_id)
+        if warm_start is None
+        else untrusted.host_dir(paths.trial_dir(trial_id), anchor=paths.run_dir)
+    )
     atomic_write_json(trial_dir / "proposal.json", proposal.model_dump())
     if proposal.train_py:
         atomic_write_text(trial_dir / "train.py", proposal.train_py)
@@ -290,6 +317,7 @@ def trial_request(
     cpus: float | None,
     gpus: list[int] | None = None,
     prompting: dict[str, Any] | None = None,
+    reserved_seconds: float = 0.0,
 ) -> SandboxRequest:
     """prepare_trial then sandbox_request, for `sandbox` (TrialSetupError if the proposal cannot be set up)."""
     prepared = prepare_trial(
@@ -302,6 +330,7 @@ def trial_request(
         python=python_for(sandbox),
         maps=maps_paths(sandbox),
         prompting=prompting,
+        reserved_seconds=reserved_seconds,
     )
     return sandbox_request(
         prepared,

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,8 @@ from tasks.textgames import TextArenaGameBenchmark
 VALID_LIMIT = 500  # samples of the valid split scored per checkpoint by default (`RunConfig.valid_limit`)
 BASE_ID = "base"  # the folder under trials/ that holds the base model's validation.json
 CEILING = 0.99  # a valid CI lower bound at or above this: the score cannot rise beyond noise
+VALID_CHUNK = 100  # a checkpoint is validated this many samples at a time, until its place is clear
+EARLY_LEVEL = 0.99  # the interval that must clear the reference before a validation stops early
 
 
 class ValidSample(BaseModel):
@@ -53,6 +56,7 @@ class Validation(BaseModel):
     ci_low: float
     ci_high: float
     seconds: float = 0.0
+    planned: int | None = None  # the samples it would have scored, when it stopped once its answer was clear
     samples: list[ValidSample] = Field(default_factory=list)
 
     def text(self) -> str:
@@ -118,10 +122,14 @@ def validate(
     benchmark: Benchmark,
     config: EvalConfig,
     out: Path | None = None,
+    settled: Callable[[list[float]], bool] | None = None,
+    chunk: int = VALID_CHUNK,
 ) -> Validation:
     """Score `checkpoint` on `samples` with the grader's loader, engine and batching; write `out` when given.
 
-    Raises `grader.checkpoint.CheckpointError` for a folder the grader would refuse."""
+    With `settled`, the samples are scored `chunk` at a time and scoring stops once `settled` says the scores so far
+    answer what the validation is for (`clearly_apart`): the result holds the samples scored (`n`, its CI as wide
+    as they make it) and `planned`. Raises `grader.checkpoint.CheckpointError` for a folder the grader would refuse."""
     from transformers import AutoTokenizer
 
     from grader.config import pin_chat
@@ -135,38 +143,43 @@ def validate(
     stop = stop_strings(benchmark, config.prompt_style)
     max_new = config.max_new_tokens or benchmark.max_new_tokens
     spec = choose_engine(config)
+    step = max(chunk, 1) if settled is not None else len(samples)
+    rows: list[ValidSample] = []
     with tempfile.TemporaryDirectory(prefix=f"valid-{spec.name}-") as scratch:
         engine = spec.from_model(model, tokenizer, Path(scratch), config)
         try:
-            if isinstance(benchmark, MultiTurnBenchmark):
-                won, replies = play_games(engine, samples, benchmark, config, tokenizer)
-            else:
-                prompts = build_prompts(benchmark, samples, config, tokenizer)
-                texts = engine.generate(prompts, max_new_tokens=max_new, stop=stop, config=config)
+            for start in range(0, len(samples), step):
+                part = samples[start : start + step]
+                if isinstance(benchmark, MultiTurnBenchmark):
+                    won, replies = play_games(engine, part, benchmark, config, tokenizer)
+                    rows += [
+                        ValidSample(
+                            id=sample.id,
+                            prompt=sample.prompt,
+                            expected=sample.answer,
+                            got=f"{'won' if score else 'not won'} after {turns} replies",
+                            correct=score,
+                        )
+                        for sample, score, turns in zip(part, won, replies, strict=True)
+                    ]
+                else:
+                    prompts = build_prompts(benchmark, part, config, tokenizer)
+                    texts = engine.generate(prompts, max_new_tokens=max_new, stop=stop, config=config)
+                    for sample, text in zip(part, texts, strict=True):
+                        got = cut_at_stop(text, stop)
+                        rows.append(
+                            ValidSample(
+                                id=sample.id,
+                                prompt=sample.prompt,
+                                expected=sample.answer,
+                                got=got,
+                                correct=float(benchmark.score(got, sample)),
+                            )
+                        )
+                if settled is not None and len(rows) < len(samples) and settled([r.correct for r in rows]):
+                    break
         finally:
             close_engine(engine)
-    rows = []
-    if isinstance(benchmark, MultiTurnBenchmark):
-        for sample, score, turns in zip(samples, won, replies, strict=True):
-            outcome = "won" if score else "not won"
-            got = f"{outcome} after {turns} replies"
-            rows.append(
-                ValidSample(
-                    id=sample.id, prompt=sample.prompt, expected=sample.answer, got=got, correct=score
-                )
-            )
-    else:
-        for sample, text in zip(samples, texts, strict=True):
-            got = cut_at_stop(text, stop)
-            rows.append(
-                ValidSample(
-                    id=sample.id,
-                    prompt=sample.prompt,
-                    expected=sample.answer,
-                    got=got,
-                    correct=float(benchmark.score(got, sample)),
-                )
-            )
     scores = [r.correct for r in rows]
     low, high = bootstrap_ci(scores, resamples=config.bootstrap_resamples, seed=config.seed)
     result = Validation(
@@ -175,11 +188,22 @@ def validate(
         ci_low=low,
         ci_high=high,
         seconds=round(time.perf_counter() - started, 3),
+        planned=len(samples) if len(rows) < len(samples) else None,
         samples=rows,
     )
     if out is not None:
         atomic_write_json(out, result.model_dump(mode="json"))
     return result
+
+
+def clearly_apart(scores: list[float], reference: float, *, level: float = EARLY_LEVEL) -> bool:
+    """Whether the scores so far are beyond doubt above or below `reference`: its score lies outside their
+    bootstrap interval at `level`, stricter than the 95% the decision itself uses, since the scores are looked at
+    several times. A validation sized by this stops where its answer is clear, not at a fixed count."""
+    if len(scores) < 2:
+        return False
+    low, high = bootstrap_ci(scores, resamples=1000, seed=0, level=level)
+    return low > reference or high < reference
 
 
 def paired_gain_low(

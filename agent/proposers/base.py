@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol, cast, runtime_checkable
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Field, computed_field, model_validator
 
 if TYPE_CHECKING:
     from agent.llm.budget import Budget
@@ -85,7 +85,8 @@ class TrialRecord(BaseModel):
     train_metrics: dict[str, float] = Field(default_factory=dict)
     error: str | None = None  # one line: what broke
     log_tail: str = ""
-    duration_s: float = 0.0
+    duration_s: float = 0.0  # the host's seconds from preparing the trial to its sandbox's end
+    validation_s: float = 0.0  # the host's seconds validating its checkpoint
     checkpoint: str | None = (
         None  # the trial's output checkpoint, relative to the run folder (trials/<id>/output)
     )
@@ -101,6 +102,19 @@ class TrialRecord(BaseModel):
     valid_ci_high: float | None = None
     valid_n: int | None = None
     submission_note: str | None = None  # why the submission policy sent it to the grader or kept it back
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def wall_s(self) -> float:
+        """What the trial cost, as a user pays it: preparing, training in the sandbox (start-up, load, save) and
+        validating its checkpoint. The run's compute budget and every report count this; the trial's own
+        training seconds (train_metrics["train_seconds"]) are shown beside it."""
+        return round(self.duration_s + self.validation_s, 2)
+
+    @property
+    def train_s(self) -> float | None:
+        """The trainer's own training seconds (as its metrics.json said: the trial's word, for display only)."""
+        return self.train_metrics.get("train_seconds")
 
 
 class ProposalContext(BaseModel):
@@ -122,8 +136,10 @@ class ProposalContext(BaseModel):
     submissions_left: int | None = None
     recipes: list[str] = Field(default_factory=list)
     seed: int = 0
-    # training seconds each trial gets when the run fixes them (`--trial-seconds`); None: a share of the time left
+    # wall seconds each trial gets when the run fixes them (`--trial-seconds`); None: a share of the time left
     trial_seconds: float | None = None
+    # wall seconds of trials the run may still spend (`--max-compute-s` less what was spent); None: no such cap
+    compute_left_s: float | None = None
     feedback: str | None = None  # e.g. a human's rejection reason for the previous proposal
     # where the run's files are, so a proposer can check the paths it proposes (agent.loop.proposal_paths); None: unknown
     workspace: str | None = None

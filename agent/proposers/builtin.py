@@ -23,10 +23,11 @@ RL_CYCLE = (
     "dpo",
     "gad",
 )  # tried in turn, from the best checkpoint, when supervised training stalls
-TIME_BOXED_MAX_STEPS = 100_000  # with max_seconds set, the clock ends the trial
 MIN_TRIAL_SECONDS = 20.0
 MAX_TRIAL_SECONDS = 90.0
-EVAL_RESERVE_S = 15.0  # time kept back per trial for loading, saving and grading
+GRADING_RESERVE_S = (
+    10.0  # time kept back per trial for the grader's scoring (a trial's own wall covers the rest)
+)
 
 
 def _score(value: float | None) -> str:
@@ -75,20 +76,28 @@ def _stall_count(trials: list[TrialRecord], baseline: float | None) -> int:
     return stall
 
 
-def trial_budget(context: ProposalContext, max_steps: int | None) -> tuple[float, dict[str, float | int]]:
-    """(seconds for the next trial, its budget hyperparameters): the run's `trial_seconds` when it fixes them (equal
-    compute for every policy, with `max_steps` as a cap if also set), else a fixed step count when `max_steps` is set
-    (reproducible), else a share of the time left, time-boxed. Every built-in policy spends compute the same way."""
-    budget: dict[str, float | int] = {"seed": context.seed + len(context.trials)}
+def trial_budget(
+    context: ProposalContext, max_steps: int | None, share: float = 1.0
+) -> tuple[float, dict[str, float | int | None]]:
+    """(wall seconds for the next trial, its budget hyperparameters). A time-boxed trial gets `max_seconds`, its
+    wall budget from start to checkpoint (validation kept back by the loop), and no step count: its schedule follows
+    those seconds. They are the run's `trial_seconds` when it fixes them (equal compute for every policy, `max_steps`
+    a cap if also set) times `share` (a policy may spend several trials' worth in one, within the compute left);
+    else a fixed step count when `max_steps` is set (reproducible); else a share of the time left. Every built-in
+    policy spends compute the same way."""
+    budget: dict[str, float | int | None] = {"seed": context.seed + len(context.trials)}
     if context.trial_seconds is not None:
-        budget.update(max_seconds=context.trial_seconds, max_steps=max_steps or TIME_BOXED_MAX_STEPS)
-        return context.trial_seconds, budget
-    per_trial = context.seconds_left / max(context.trials_left, 1) - EVAL_RESERVE_S
+        seconds = context.trial_seconds * share
+        if context.compute_left_s is not None:
+            seconds = max(min(seconds, context.compute_left_s), min(context.trial_seconds, MIN_TRIAL_SECONDS))
+        budget.update(max_seconds=round(seconds, 1), max_steps=max_steps)
+        return seconds, budget
+    per_trial = context.seconds_left / max(context.trials_left, 1) - GRADING_RESERVE_S
     seconds = max(MIN_TRIAL_SECONDS, min(per_trial, MAX_TRIAL_SECONDS))
     if max_steps is not None:
         budget["max_steps"] = max_steps
     else:
-        budget.update(max_seconds=round(seconds, 1), max_steps=TIME_BOXED_MAX_STEPS)
+        budget.update(max_seconds=round(seconds, 1), max_steps=None)
     return seconds, budget
 
 
@@ -113,7 +122,7 @@ class BuiltinProposer(ProposerBase):
         supervised = "sft" if "sft" in allowed else allowed[0]
         return supervised, [r for r in RL_CYCLE if r in allowed and r != supervised]
 
-    def _budget(self, context: ProposalContext) -> tuple[float, dict[str, float | int]]:
+    def _budget(self, context: ProposalContext) -> tuple[float, dict[str, float | int | None]]:
         return trial_budget(context, self.max_steps)
 
     def propose(self, context: ProposalContext) -> Proposal:

@@ -72,6 +72,29 @@ def tool_budget_spent(max_calls: int) -> str:
     )
 
 
+TRIAL_TIME_NOTE = (
+    "A trial's max_seconds is its whole wall budget, counted as the run counts it: start-up, loading, training, "
+    "saving (the loop keeps back the seconds it needs to validate the checkpoint). Without max_steps the trial trains "
+    "until those seconds are spent, and its learning-rate schedule (lr_scheduler_type, warmup_ratio, cooldown_ratio, "
+    "min_lr_ratio) follows the trial's own time: a time-boxed linear or cosine schedule ends near zero, constant with "
+    "a cooldown_ratio warms up, holds, then cools down. Each trial's metrics say how far its schedule got "
+    "(schedule_progress, lr_last). One long trial anneals once; several short ones restart the schedule each time."
+)
+
+
+def compute_lines(context: ProposalContext) -> list[str]:
+    """How the run's compute may be spent: per trial, in all, and what a trial's seconds cover."""
+    lines = []
+    if context.trial_seconds is not None:
+        lines.append(f"Wall seconds per trial (--trial-seconds): {context.trial_seconds:g}")
+    if context.compute_left_s is not None:
+        lines.append(
+            f"Trial compute left (--max-compute-s): {_seconds(context.compute_left_s)}; a trial may spend several "
+            "trials' worth (max_seconds up to this), leaving fewer trials"
+        )
+    return [*lines, TRIAL_TIME_NOTE]
+
+
 def proposal_prompt(
     context: ProposalContext,
     catalog: RecipeCatalog,
@@ -93,6 +116,7 @@ def proposal_prompt(
         f"Trials left: {context.trials_left}",
         f"Time left: {_seconds(context.seconds_left)}",
         f"Submissions left: {submissions}",
+        *compute_lines(context),
     ]
     if budget is not None:
         sections.append(f"Spent so far: {budget.summary()}")

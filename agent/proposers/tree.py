@@ -282,7 +282,10 @@ class TreeProposer(ProposerBase):
 
     @staticmethod
     def _remembered_draft(
-        remembered: tuple[str, dict[str, Any]], budget: dict[str, float | int], seconds: float, note: str
+        remembered: tuple[str, dict[str, Any]],
+        budget: dict[str, float | int | None],
+        seconds: float,
+        note: str,
     ) -> Proposal:
         recipe, hyperparameters = remembered
         lr = float(hyperparameters.get("learning_rate", DEFAULT_LR.get(recipe, 1e-4)))
@@ -299,7 +302,9 @@ class TreeProposer(ProposerBase):
         )
 
     @staticmethod
-    def _debug(last: TrialRecord, budget: dict[str, float | int], seconds: float, note: str) -> Proposal:
+    def _debug(
+        last: TrialRecord, budget: dict[str, float | int | None], seconds: float, note: str
+    ) -> Proposal:
         batch = int(last.proposal.hyperparameters.get("per_device_train_batch_size", 32))
         recipe = last.proposal.recipe if last.proposal.recipe in DEFAULT_LR else "sft"
         return Proposal(

@@ -84,8 +84,15 @@ class RunConfig(BaseSettings):
     trial_seconds: float | None = Field(
         None,
         gt=0,
-        description="Training seconds per trial: every built-in trial is time-boxed at exactly this (equal compute "
-        "for every policy); default: a share of the time left.",
+        description="Wall seconds per trial, from its start to its validated checkpoint (start-up, training, saving, "
+        "validation): every built-in trial is time-boxed at exactly this (equal compute for every policy; a policy "
+        "may spend several in one trial); default: a share of the time left.",
+    )
+    trial_prewarm: bool = Field(
+        True,
+        description="Start each trial's sandbox, and its imports, while the previous trial is validated, graded and "
+        "the next one proposed; its clock starts when its proposal is final (local and Docker, one trial at a "
+        "time, no GPU).",
     )
     trial_memory_mb: int = Field(6144, ge=256, description="Memory limit of one trial.")
     trial_cpus: float | None = Field(None, description="CPU limit of one trial (docker).")

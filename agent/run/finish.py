@@ -154,12 +154,21 @@ def _valid_text(summary: Mapping[str, Any]) -> str:
     )
 
 
+def _seconds_text(trial: dict[str, Any]) -> str:
+    """A trial's wall seconds (training, validation and the rest), with its training seconds beside them."""
+    wall = trial.get("wall_s")
+    if wall is None:
+        wall = float(trial.get("duration_s") or 0.0) + float(trial.get("validation_s") or 0.0)
+    train = (trial.get("train_metrics") or {}).get("train_seconds")
+    return f"{wall:.0f}" + (f" ({train:.0f} train)" if isinstance(train, int | float) else "")
+
+
 def print_summary(reporter: Reporter, values: Mapping[str, Any], summary: Mapping[str, Any]) -> None:
     """The end-of-run table of trials, the flagged submissions, and the verdict against the baseline."""
     from rich.table import Table
 
     table = Table(title=f"run {values.get('run_id', '')}: {summary.get('stop_reason', '')}")
-    for column in ("trial", "recipe", "from", "op", "status", "valid ±95%", "public", "s"):
+    for column in ("trial", "recipe", "from", "op", "status", "valid ±95%", "public", "wall s"):
         table.add_column(column, no_wrap=column == "valid ±95%")
     base = values.get("baseline_valid") or {}
     if base:
@@ -180,7 +189,7 @@ def print_summary(reporter: Reporter, values: Mapping[str, Any], summary: Mappin
                 }
             ),
             "kept back" if kept_back else _num(t.get("score")),
-            f"{t.get('duration_s', 0):.0f}",
+            _seconds_text(t),
         )
     reporter.console.print(table)
     for line in flagged_report(values.get("trials", [])):

@@ -59,6 +59,9 @@ class ResultRow(BaseModel):
     llm_cost_usd: float = 0.0  # their cost (agent.llm.pricing)
     llm_limit: str = ""  # the cap that refused an external agent's model calls, if one did
     error: str = ""  # why the run did not succeed, in one line (an external agent's error); empty on success
+    # trial wall seconds (preparing, start-up, training, saving, validating): what --max-compute-s counts
+    compute_s: float | None = None
+    train_s: float | None = None  # of which training, as the trainers reported it
 
     @field_serializer("baseline", "best_score", "improvement")
     def _four_decimals(self, value: float | None) -> str:
@@ -88,10 +91,12 @@ def result_row(
     isolation: str | None = None,
     error: str = "",
     llm_limit: str = "",
+    compute: tuple[float, float] | None = None,
 ) -> ResultRow:
     """A run's results row, however it ended. `figures` are `final_figures`' columns (none: the run ended before
     it had any); `external` names an external agent (no driver model of ours); `error` is kept only on failure.
-    The LLM columns are the run's budget ledger: what its driver LLM, or its external agent's gateway, spent."""
+    The LLM columns are the run's budget ledger: what its driver LLM, or its external agent's gateway, spent;
+    `compute` is (trial wall seconds, of which training) over the run's trials."""
     spent = _llm_spent(paths.budget_ledger)
     return ResultRow(
         run_id=paths.run_id,
@@ -101,6 +106,8 @@ def result_row(
         base_model=config.base_model,
         **(figures or {}),
         duration_s=duration_s,
+        compute_s=None if compute is None else round(compute[0], 1),
+        train_s=None if compute is None else round(compute[1], 1),
         success=success,
         workspace=str(paths.workspace),
         isolation=isolation,

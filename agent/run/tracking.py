@@ -213,6 +213,8 @@ class Tracker:
             f"train.{k}": float(v) for k, v in trial.train_metrics.items() if isinstance(v, int | float)
         }
         metrics["duration_s"] = trial.duration_s
+        metrics["wall_s"] = trial.wall_s  # what the trial cost: its sandbox and its validation
+        metrics["validation_s"] = trial.validation_s
         for key in (
             "valid_score",
             "valid_ci_low",

@@ -32,7 +32,7 @@ def test_gad_discriminator_learns(tmp_path: Path) -> None:
             output_dir=out,
             learning_rate=1e-3,
             discriminator_learning_rate=3e-3,
-            warmup_steps=3,
+            sft_warmup_steps=3,
             max_steps=17,
             per_device_train_batch_size=32,
             num_generations=8,

@@ -39,7 +39,7 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "opo": ONPOLICY,
     "opcd": {**ONPOLICY, "num_generations": 1, "context": "Add the numbers. ", "top_k": 4},
     "opcd_offpolicy": {**ONPOLICY, "num_generations": 1, "context": "Add the numbers. ", "top_k": 4},
-    "gad": {**ONPOLICY, "warmup_steps": 0},
+    "gad": {**ONPOLICY, "sft_warmup_steps": 0},
     "oel": {
         **ONPOLICY,
         "num_generations": 1,

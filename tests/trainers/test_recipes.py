@@ -22,7 +22,7 @@ def test_max_seconds_stops_early_and_still_saves(
         output_dir=tmp_path / "out",
         max_steps=10_000,
         per_device_train_batch_size=8,
-        max_seconds=2.0,
+        max_seconds=5.0,
     )
     result = run_sft(config)
     assert result.stopped_early and 0 < result.steps < 10_000

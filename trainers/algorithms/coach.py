@@ -9,6 +9,7 @@ the coach's score. Without an endpoint the recipe stops at once with the variabl
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 from collections.abc import Sequence
@@ -212,8 +213,8 @@ def _run_rl(config: CoachConfig, coach: Coach) -> TrainResult:
     session = op.Session(config, student, tokenizer)
     history: list[dict[str, float]] = []
     tokens = 0
-    for step_number in range(1, config.max_steps + 1):
-        if session.clock.expired():
+    for step_number in itertools.count(1):
+        if not session.begin_step(optimizer):
             break
         batch = [s for s in next_batch() for _ in range(group)]
         rollout = op.sample(
@@ -232,7 +233,7 @@ def _run_rl(config: CoachConfig, coach: Coach) -> TrainResult:
         history.append({"step": float(step_number), "coach_score": float(rewards.mean()), "loss": loss})
         if session.log_due(step_number):
             runtime.log(
-                f"coach-rl step {step_number}/{config.max_steps} coach_score {float(rewards.mean()):.4g}"
+                f"coach-rl step {session.of_steps(step_number)} coach_score {float(rewards.mean()):.4g}"
             )
     return session.finish("coach", history, tokens=tokens, reward_key="coach_score")
 

@@ -31,7 +31,7 @@ class DPOConfig(TrainerConfig):
     """DPO's knobs; the rest of TRL's DPOConfig keeps its defaults."""
 
     learning_rate: float = 5e-5
-    max_steps: int = 100
+    max_steps: int | None = 100
     per_device_train_batch_size: int = 16
     beta: float = Field(default=0.1, gt=0, description="Strength of the implicit KL to the start model.")
     loss_type: str = Field(

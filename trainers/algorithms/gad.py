@@ -10,6 +10,7 @@ responses: a JSONL with `prompt` and `answer` = the teacher's response).
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -38,13 +39,15 @@ class GADConfig(op.OnPolicyConfig):
         default=None,
         description="JSONL of teacher responses (prompt, answer); None: train_file's references.",
     )
-    warmup_steps: int = Field(
+    sft_warmup_steps: int = Field(
         default=10, ge=0, description="SFT steps on teacher responses (and D steps) before the game."
     )
     scale_rewards_by_std: bool = Field(
         default=True, description="Group normalisation of D's scores: GRPO (true) or Dr. GRPO (false)."
     )
-    max_steps: int = Field(default=100, description="Game steps after the warm-up.")
+    max_steps: int | None = Field(
+        default=100, description="Game steps after the warm-up (None: as many as max_seconds allows)."
+    )
     per_device_train_batch_size: int = 32
 
 
@@ -119,14 +122,14 @@ def run(config: GADConfig) -> TrainResult:
     next_batch = op.batches(samples, prompts_per_step, config.seed)
     student_opt = op.optimizer_for(student, config.learning_rate)
     disc_opt = op.optimizer_for(discriminator, config.discriminator_learning_rate)
-    session = op.Session(config, student, tokenizer)
+    total_steps = config.sft_warmup_steps + config.max_steps if config.max_steps is not None else None
+    session = op.Session(config, student, tokenizer, planned_steps=total_steps)
     history: list[dict[str, float]] = []
     tokens = 0
-    total_steps = config.warmup_steps + config.max_steps
-    for step_number in range(1, total_steps + 1):
-        if session.clock.expired():
+    for step_number in itertools.count(1):
+        if not session.begin_step(student_opt, disc_opt):
             break
-        warmup = step_number <= config.warmup_steps
+        warmup = step_number <= config.sft_warmup_steps
         batch = next_batch()
         prompts = [s.prompt for s in batch]
         t_ids, t_mask = teacher_completions(tokenizer, [s.answer for s in batch], op.device_of(student))
@@ -164,11 +167,11 @@ def run(config: GADConfig) -> TrainResult:
         bt = losses.bradley_terry_loss(teacher_scores, student_scores)
         op.step(discriminator, disc_opt, bt, config.max_grad_norm)
         row["bt_loss"] = float(bt.detach())
-        row["seconds"] = session.clock.elapsed
+        row["seconds"] = session.pace.elapsed
         history.append(row)
         if session.log_due(step_number):
             runtime.log(
-                f"gad step {step_number}/{total_steps} "
+                f"gad step {session.of_steps(step_number)} "
                 + " ".join(f"{k} {v:.4g}" for k, v in row.items() if k != "step")
             )
 
@@ -183,7 +186,6 @@ def run(config: GADConfig) -> TrainResult:
         tokens=tokens,
         reward_key="student_reward",
         loss_key="pg_loss",
-        planned_steps=total_steps,
         extra=bt_ends,
     )
 

@@ -14,7 +14,14 @@ from trainers.finish import finish_trl, prepare_output_dir
 from trainers.registry import Recipe, register_recipe
 from trainers.result import TrainerSetupError, TrainResult
 from trainers.rewards import reward_functions
-from trainers.runtime import base_training_args, load_model_and_tokenizer, log, seed_everything, train_trl
+from trainers.runtime import (
+    base_training_args,
+    load_model_and_tokenizer,
+    log,
+    seed_everything,
+    steps_text,
+    train_trl,
+)
 
 RewardKind = Literal["correct", "format"]
 
@@ -24,7 +31,7 @@ class GRPORecipeConfig(TrainerConfig):
     `num_generations` (each prompt gets a group of `num_generations` sampled completions)."""
 
     learning_rate: float = 2e-4
-    max_steps: int = 20
+    max_steps: int | None = 20
     per_device_train_batch_size: int = 64
     logging_steps: int = 1
     num_generations: int = Field(default=8, ge=2, description="Completions sampled per prompt (the group).")
@@ -93,7 +100,7 @@ def run_grpo(config: GRPORecipeConfig) -> TrainResult:
     model, tokenizer = load_model_and_tokenizer(config.model_path)
     log(
         f"grpo: {len(dataset)} prompts, {config.num_generations} generations each, "
-        f"rewards {[f.__name__ for f in rewards]}, up to {config.max_steps} steps"
+        f"rewards {[f.__name__ for f in rewards]}, {steps_text(config)}"
     )
     args = GRPOConfig(
         **base_training_args(config, staging),

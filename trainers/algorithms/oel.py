@@ -165,12 +165,12 @@ def run(config: OELConfig) -> TrainResult:
     policy, tokenizer = op.load_policy(config)
     episodes_stream = op.batches(samples, config.episodes_per_round, config.seed + 1)
     max_new = op.new_tokens_budget(config)
-    session = op.Session(config, policy, tokenizer)
+    session = op.Session(config, policy, tokenizer, planned_steps=config.rounds * config.max_steps)
     experience: list[str] = []
     rounds: list[dict[str, Any]] = []
     tokens = 0
     for round_number in range(1, config.rounds + 1):
-        if session.clock.expired():
+        if session.pace.expired():
             break
         episodes = play(policy, tokenizer, episodes_stream(), config)
         if config.extractor == "feedback":
@@ -200,7 +200,7 @@ def run(config: OELConfig) -> TrainResult:
                 deploy_states,
                 render_context(config.context, experience),
                 round_config,
-                clock=session.clock,
+                pace=session.pace,
                 log=functools.partial(_log_step, round_number),
             )
             tokens += used
@@ -225,7 +225,6 @@ def run(config: OELConfig) -> TrainResult:
         reward_key="episode_reward",
         loss_key="kl_end",
         steps=sum(int(r.get("steps", 0)) for r in rounds),
-        planned_steps=config.rounds * config.max_steps,
         eval_after=rounds[-1]["eval_accuracy"] if rounds else session.eval_before,
         extra={"rounds": len(rounds), "experience_items": len(experience)},
     )

@@ -10,6 +10,7 @@ trained by forward KL on those teacher sequences.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from trainers import onpolicy as op
 from trainers.experience import load_context
 from trainers.registry import Recipe, register_recipe
 from trainers.result import TrainResult
+from trainers.runtime import Pace
 
 
 class OPCDConfig(op.OnPolicyConfig):
@@ -42,7 +44,7 @@ class OPCDConfig(op.OnPolicyConfig):
         default=False, description="Renormalise both distributions over the top-k before the KL."
     )
     learning_rate: float = 1e-4
-    max_steps: int = 100
+    max_steps: int | None = 100
     num_generations: int = 1
     per_device_train_batch_size: int = 32
 
@@ -125,18 +127,23 @@ def distill(
     config: OPCDConfig,
     *,
     on_policy: bool = True,
-    clock: op.Clock | None = None,
+    pace: Pace | None = None,
     log: Callable[[dict[str, float]], None] | None = None,
 ) -> tuple[list[dict[str, float]], int]:
-    """`config.max_steps` distillation steps of `context` into `student`; returns (per-step history, tokens)."""
+    """Up to `config.max_steps` distillation steps of `context` into `student`, on `pace`'s clock and schedule (a
+    fresh one from `config` when None); returns (per-step history, tokens)."""
     max_new = op.new_tokens_budget(config)
     next_batch = op.batches(samples, config.prompts_per_step(), config.seed)
     optimizer = op.optimizer_for(student, config.learning_rate)
-    clock = clock or op.Clock(config.max_seconds)
+    if pace is None:
+        pace = Pace(config)
+        pace.begin_training(student)
     history: list[dict[str, float]] = []
     tokens = 0
-    for step_number in range(1, config.max_steps + 1):
-        if clock.expired():
+    for step_number in itertools.count(1):
+        if config.max_steps is not None and step_number > config.max_steps:
+            break
+        if not pace.begin_step(optimizer):
             break
         prompts = [s.prompt for s in next_batch() for _ in range(config.num_generations)]
         if on_policy:
@@ -163,7 +170,7 @@ def distill(
             )
         op.step(student, optimizer, kl, config.max_grad_norm)
         tokens += used
-        row = {"step": float(step_number), "kl": float(kl.detach()), "seconds": clock.elapsed}
+        row = {"step": float(step_number), "kl": float(kl.detach()), "seconds": pace.elapsed}
         history.append(row)
         if log is not None and (step_number % config.logging_steps == 0 or step_number == 1):
             log(row)
@@ -192,8 +199,8 @@ def distill_and_finish(
         context,
         config,
         on_policy=on_policy,
-        clock=session.clock,
-        log=lambda row: runtime.log(f"{label} step {int(row['step'])}/{config.max_steps} kl {row['kl']:.4g}"),
+        pace=session.pace,
+        log=lambda row: runtime.log(f"{label} step {session.of_steps(int(row['step']))} kl {row['kl']:.4g}"),
     )
     kl_ends = {
         "kl_first": history[0]["kl"] if history else None,

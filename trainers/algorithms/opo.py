@@ -8,6 +8,8 @@ importance ratio is 1 and no clipping or KL penalty is needed).
 
 from __future__ import annotations
 
+import itertools
+
 import torch
 from pydantic import Field
 
@@ -21,7 +23,7 @@ class OPOConfig(op.OnPolicyConfig):
     """OPO's knobs beyond the shared on-policy fields."""
 
     learning_rate: float = 1e-4
-    max_steps: int = 100
+    max_steps: int | None = 100
     per_device_train_batch_size: int = 64  # completions per step (prompts x num_generations)
     constant_normaliser: bool = Field(
         default=True,
@@ -42,8 +44,8 @@ def run(config: OPOConfig) -> TrainResult:
     session = op.Session(config, model, tokenizer)
     history: list[dict[str, float]] = []
     tokens = 0
-    for step_number in range(1, config.max_steps + 1):
-        if session.clock.expired():
+    for step_number in itertools.count(1):
+        if not session.begin_step(optimizer):
             break
         batch = [s for s in next_batch() for _ in range(config.num_generations)]
         rollout = op.sample(
@@ -65,12 +67,12 @@ def run(config: OPOConfig) -> TrainResult:
             "reward": float(rewards.mean()),
             "loss": loss,
             "completion_length": float(rollout.lengths.float().mean()),
-            "seconds": session.clock.elapsed,
+            "seconds": session.pace.elapsed,
         }
         history.append(row)
         if session.log_due(step_number):
             runtime.log(
-                f"opo step {step_number}/{config.max_steps} reward {row['reward']:.4g} loss {loss:.4g}"
+                f"opo step {session.of_steps(step_number)} reward {row['reward']:.4g} loss {loss:.4g}"
             )
     return session.finish("opo", history, tokens=tokens, reward_key="reward")
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Literal
-
 import torch
 from pydantic import Field
 
@@ -12,23 +10,22 @@ from trainers.data import chat_prompts, tokenized_sft_dataset
 from trainers.finish import finish_trl, prepare_output_dir
 from trainers.registry import Recipe, register_recipe
 from trainers.result import TrainResult
-from trainers.runtime import base_training_args, load_model_and_tokenizer, log, seed_everything, train_trl
+from trainers.runtime import (
+    base_training_args,
+    load_model_and_tokenizer,
+    log,
+    seed_everything,
+    steps_text,
+    train_trl,
+)
 
 
 class SFTRecipeConfig(TrainerConfig):
     """SFT hyperparameters. Defaults lift tiny-arith by about 10-20 points in a few hundred steps on CPU (more with longer runs)."""
 
     learning_rate: float = 1e-3
-    max_steps: int = 400
+    max_steps: int | None = 400
     per_device_train_batch_size: int = 64
-    warmup_steps: int = Field(
-        default=20,
-        ge=0,
-        description="Linear warm-up steps (absolute, so time-boxed trials with a huge max_steps warm up too).",
-    )
-    lr_scheduler_type: Literal["linear", "cosine", "constant", "constant_with_warmup"] = Field(
-        default="constant_with_warmup", description="Learning-rate schedule after the warm-up."
-    )
     weight_decay: float = Field(default=0.0, ge=0.0, description="AdamW weight decay.")
     max_length: int = Field(default=256, gt=0, description="Longer prompt+answer sequences are truncated.")
     completion_only_loss: bool = Field(
@@ -55,11 +52,9 @@ def run_sft(config: SFTRecipeConfig) -> TrainResult:
         max_samples=config.max_train_samples,
         chat=chat_prompts(config),
     )
-    log(f"sft: {len(dataset)} samples, model {config.model_path}, up to {config.max_steps} steps")
+    log(f"sft: {len(dataset)} samples, model {config.model_path}, {steps_text(config)}")
     args = SFTConfig(
         **base_training_args(config, staging),
-        warmup_steps=config.warmup_steps,
-        lr_scheduler_type=config.lr_scheduler_type,
         weight_decay=config.weight_decay,
         max_length=config.max_length,
         completion_only_loss=config.completion_only_loss,

@@ -52,6 +52,42 @@ def test_validation_json_has_every_sample_and_agrees_with_the_grader(
     assert load_validation(out) == result
 
 
+def test_a_validation_stops_once_its_place_is_clear_and_says_so(
+    tmp_path: Path, tiny_model_dir: Path, arith_samples: list
+) -> None:  # type: ignore[type-arg]
+    """Sized by the CI it must reach: 20 at a time, stopped where the 99% interval clears the reference; the full
+    count where it never does. The answers it scored agree with the full validation's, sample for sample."""
+    from agent.loop.validation import clearly_apart
+
+    bench = get_benchmark("arith")
+    full = validate(
+        tiny_model_dir, base_model=tiny_model_dir, samples=arith_samples, benchmark=bench, config=EvalConfig()
+    )
+    far_above = validate(
+        tiny_model_dir,
+        base_model=tiny_model_dir,
+        samples=arith_samples,
+        benchmark=bench,
+        config=EvalConfig(),
+        chunk=20,
+        settled=lambda scores: clearly_apart(scores, 0.95),  # tiny-arith scores ~6%: clearly below 0.95
+    )
+    assert far_above.n == 20 and far_above.planned == 60
+    assert [s.correct for s in far_above.samples] == [s.correct for s in full.samples[:20]]
+    assert far_above.ci_high - far_above.ci_low >= full.ci_high - full.ci_low  # fewer samples: a wider CI
+    close = validate(
+        tiny_model_dir,
+        base_model=tiny_model_dir,
+        samples=arith_samples,
+        benchmark=bench,
+        config=EvalConfig(),
+        chunk=20,
+        settled=lambda scores: clearly_apart(scores, full.score),  # its own score: never clearly apart
+    )
+    assert close.n == 60 and close.planned is None and close.score == full.score
+    assert not clearly_apart([1.0], 0.0) and clearly_apart([0.0] * 30, 0.5) and clearly_apart([1.0] * 30, 0.5)
+
+
 def test_a_copy_of_the_reference_is_not_submitted(
     tmp_path: Path, tiny_model_dir: Path, arith_samples: list
 ) -> None:  # type: ignore[type-arg]

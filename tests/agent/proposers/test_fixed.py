@@ -4,7 +4,7 @@ model every time, only the seed changes; `--trial-seconds` time-boxes it like ev
 from __future__ import annotations
 
 from agent.proposers.base import ProposalContext
-from agent.proposers.builtin import DEFAULT_LR, TIME_BOXED_MAX_STEPS
+from agent.proposers.builtin import DEFAULT_LR
 from agent.proposers.fixed import FixedProposer
 from tests.agent.proposers.test_builtin import _ctx, _trial
 
@@ -27,7 +27,9 @@ def test_trial_seconds_time_box_every_policy_alike() -> None:
     proposal = FixedProposer().propose(context)
     assert proposal.recipe == "grpo" and proposal.hyperparameters["learning_rate"] == DEFAULT_LR["grpo"]
     assert proposal.hyperparameters["max_seconds"] == 12.5 == proposal.estimated_cost_s
-    assert proposal.hyperparameters["max_steps"] == TIME_BOXED_MAX_STEPS
+    # no step count: the trial's schedule follows its seconds (trainers.schedule), not steps it will never reach
+    assert proposal.hyperparameters["max_steps"] is None
+    assert "lr_scheduler_type" not in proposal.hyperparameters  # the recipe's own default: linear decay
 
 
 def test_a_run_that_names_no_recipes_runs_sft_not_the_alphabets_first() -> None:
