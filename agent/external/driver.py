@@ -410,6 +410,11 @@ def run_external(
             final_model = posttrainbench.submit_final_model(relay.url, paths.agent_dir)
             reporter.info(escape(final_model))
         failure = diagnose(result, request.log_path)
+        stopped = result.timed_out or result.oom_killed or result.output_limit_exceeded
+        if failure is not None and gateway is not None and gateway.stop_reason and not stopped:
+            # the host knows why the agent's model stopped answering: that, not the agent's last words, is the cause
+            error = f"its model calls were refused: {gateway.stop_reason}"
+            failure = failure.model_copy(update={"error": error, "reason": f"agent failed: {error}"})
         if result.interrupted:
             status, reason = "interrupted", "the agent was interrupted"
         elif failure is not None:

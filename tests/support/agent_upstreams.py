@@ -267,7 +267,7 @@ class SessionUpstream:
             block: dict[str, Any] = {"type": "text", "text": ""}
             deltas = [{"type": "text_delta", "text": action.text}]
             stop = "end_turn"
-            final = {"type": "text", "text": action.text}
+            final: dict[str, Any] = {"type": "text", "text": action.text}
         else:
             name, arguments = _claude_call(action)
             text = json.dumps(arguments)
@@ -323,7 +323,7 @@ class SessionUpstream:
                 "role": "assistant",
                 "content": [{"type": "output_text", "text": action.text, "annotations": []}],
             }
-            pieces = [
+            pieces: list[dict[str, Any]] = [
                 {
                     "type": "response.output_text.delta",
                     "item_id": item["id"],
@@ -374,7 +374,7 @@ class SessionUpstream:
                 "total_tokens": usage[0] + usage[1],
             },
         }
-        events = [
+        events: list[dict[str, Any]] = [
             {"type": "response.created", "response": response},
             {"type": "response.output_item.added", "output_index": 0, "item": started},
             *pieces,
