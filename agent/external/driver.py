@@ -153,6 +153,14 @@ def load_agent(folder: str | Path) -> ExternalAgentSpec:
     return spec
 
 
+class _Server(ThreadingHTTPServer):
+    """The relay's listener: a thread per connection, and a backlog for the calls a coding agent fires at once
+    (socketserver's default of 5 reset connections when 20 arrived together)."""
+
+    daemon_threads = True
+    request_queue_size = 128
+
+
 class TokenRelay:
     """An HTTP relay on 127.0.0.1 that adds the grader's bearer token to the endpoints an agent may use."""
 
@@ -223,8 +231,7 @@ class TokenRelay:
             def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - quiet
                 return
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
+        self._server = _Server(("127.0.0.1", 0), Handler)
         host, port = self._server.server_address[:2]
         self.url = f"http://{host!s}:{port}"
         self._thread = threading.Thread(

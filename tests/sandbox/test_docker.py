@@ -274,7 +274,9 @@ print("LOOKUP_S", round(time.monotonic() - started, 2))
     }, result.log_path.read_text()
     assert '"status": "ready"' in result.log_tail
     # a name fails at once (an agent's update check or telemetry must not hang): Docker's resolver took 10 s
-    (lookup_s,) = [float(line.split()[1]) for line in result.log_tail.splitlines() if line.startswith("LOOKUP_S")]
+    (lookup_s,) = [
+        float(line.split()[1]) for line in result.log_tail.splitlines() if line.startswith("LOOKUP_S")
+    ]
     assert lookup_s < 2.0
     assert other.accepted == 0
 
