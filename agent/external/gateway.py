@@ -67,9 +67,10 @@ _OUTPUT_FIELD_SET = {
     "/responses": "max_output_tokens",
     "/messages": "max_tokens",
 }
-BUDGET_STATUS = (
-    402  # a spent cap: Payment Required, which the openai, Anthropic and ai-sdk clients never retry
-)
+# The API's own output bound when a request names none (legacy completions stop at 16 tokens): nothing to add.
+_OUTPUT_DEFAULTS = {"/completions": 16}
+# A spent cap: 402 Payment Required, which the openai, Anthropic and ai-sdk clients never retry.
+BUDGET_STATUS = 402
 # Request headers never forwarded: hop-by-hop ones, those the gateway sets itself, and the agent's (fake) key.
 _DROPPED = {
     "host",
@@ -405,6 +406,8 @@ class ModelGateway:
             if isinstance(value, int) and not isinstance(value, bool) and value > 0:
                 bound = value
                 break
+        if bound is None:
+            bound = _OUTPUT_DEFAULTS.get(sub)
         added = bound is None
         if bound is None:
             bound = self.config.default_max_output_tokens

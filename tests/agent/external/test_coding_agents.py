@@ -77,6 +77,17 @@ def test_the_coding_agents_are_named_agents_in_folders_rlloop_ships(tmp_path: Pa
         load_agent(tmp_path)
 
 
+def test_a_sweep_spec_names_them_too(tmp_path: Path) -> None:
+    from agent.sweeps.spec import SweepSpec
+
+    spec = SweepSpec(benchmarks=["arith"], base_models=["tiny-arith"], agents="claude-code,codex,builtin")
+    claude, codex, builtin = spec.combinations()
+    assert claude.is_external and codex.is_external and not builtin.is_external
+    assert (claude.agent_label, codex.agent_label) == ("claude-code", "codex")
+    assert claude.run_id("s") == claude.run_id("s") != codex.run_id("s")
+    assert "--claude-code-" in claude.run_id("s")
+
+
 def test_bench_refuses_a_coding_agent_without_a_model(tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
