@@ -3,12 +3,20 @@
 An `internal` bridge network (no route out, no inter-container traffic), a TCP relay on the host bound to that
 network's gateway address and forwarding to the grader, and a firewall chain that drops every other connection
 from the bridge to the host. The trial sees the grader at `http://<gateway>:<relay port>` (RLLOOP_GRADER_URL).
+
+Names fail at once: Docker's resolver on an internal network leaves a lookup of an outside name unanswered, so
+every update check and telemetry call of an agent would hang for the resolver's whole timeout (10 s, measured),
+and the container gets `resolv_conf` instead, naming a server on its own loopback where nothing listens. Nothing
+inside needs a name: the relay's address is an IP, and `localhost` is in /etc/hosts.
 """
 
 from __future__ import annotations
 
 import contextlib
+import shutil
+import tempfile
 import uuid
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -16,6 +24,7 @@ from sandbox import firewall
 from sandbox.relay import TcpRelay
 
 MANAGED = {"rlloop.managed": "true", "rlloop.kind": "grader-network"}
+RESOLV_CONF = "nameserver 127.0.0.1\noptions timeout:1 attempts:1\n"  # refused at once: nothing listens there
 
 
 class GraderNetwork:
@@ -40,6 +49,12 @@ class GraderNetwork:
             labels={**MANAGED, **(labels or {})},
         )
         self.relay: TcpRelay | None = None
+        # the host's own folder, mounted read-only over /etc/resolv.conf (never a path a trial could have made)
+        self._dns_dir = Path(tempfile.mkdtemp(prefix="rlloop-dns-"))
+        self.resolv_conf = self._dns_dir / "resolv.conf"
+        self.resolv_conf.write_text(RESOLV_CONF)
+        self.resolv_conf.chmod(0o644)
+        self._dns_dir.chmod(0o755)
         try:
             self.network.reload()
             gateway = self.network.attrs["IPAM"]["Config"][0]["Gateway"]
@@ -54,6 +69,7 @@ class GraderNetwork:
     def close(self) -> None:
         if self.relay is not None:
             self.relay.close()
+        shutil.rmtree(self._dns_dir, ignore_errors=True)
         firewall.remove(self.bridge)
         with contextlib.suppress(Exception):
             self.network.remove()

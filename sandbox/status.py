@@ -62,6 +62,16 @@ def _gpus_visible() -> int:
     return sum(1 for line in out.splitlines() if line.startswith("GPU "))
 
 
+def image_labels(image: str) -> dict[str, str]:
+    """The labels of a local image ({} when it or the engine is missing)."""
+    try:
+        docker = docker_sdk()
+
+        return dict(docker.from_env(timeout=10).images.get(image).labels or {})
+    except Exception:  # noqa: BLE001 - no engine or no image: no labels
+        return {}
+
+
 def docker_status(image: str = TRAINER_IMAGE) -> DockerStatus:
     try:
         docker = docker_sdk()

@@ -198,6 +198,10 @@ def run(
     agent_llm_max_request_bytes: Annotated[
         int | None, typer.Option(help="External agents: largest model request forwarded.")
     ] = None,
+    agent_llm_max_output_tokens: Annotated[
+        int | None,
+        typer.Option(help="External agents, with a cap: output bound added to a request that names none."),
+    ] = None,
     memory: Annotated[
         bool, typer.Option("--memory", help="Learn across runs: lessons per benchmark and base model.")
     ] = False,

@@ -40,7 +40,7 @@ import yaml
 from pydantic import BaseModel, Field, ValidationError, field_validator
 from rich.markup import escape
 
-from agent.external import posttrainbench
+from agent.external import named, posttrainbench
 from agent.external.agent_failure import AgentFailure, diagnose
 from agent.external.autorl import AutoRLAdapter, init_run_meta, update_run_meta
 from agent.external.gateway import GatewayConfig, ModelGateway
@@ -116,15 +116,16 @@ class ExternalAgentSpec(BaseModel):
 
 
 def is_agent_folder(value: str | Path) -> bool:
-    """True for a folder holding config.yaml (AutoRL-Bench) or solve.sh (PostTrainBench): how `--agents` tells an
-    external agent from `builtin`/`llm`."""
-    path = Path(value).expanduser()
+    """True for a folder holding config.yaml (AutoRL-Bench) or solve.sh (PostTrainBench), or the name of a coding
+    agent rlloop ships (`claude-code`, `codex`, `opencode`): how `--agents` tells an external agent from
+    `builtin`/`llm`."""
+    path = named.resolve(value)
     return path.is_dir() and ((path / "config.yaml").is_file() or posttrainbench.is_solve_folder(path))
 
 
 def load_agent(folder: str | Path) -> ExternalAgentSpec:
-    """Read and check `folder/config.yaml`; one line naming what is wrong otherwise."""
-    root = Path(folder).expanduser().resolve()
+    """Read and check `folder/config.yaml` (or a named agent's folder); one line naming what is wrong otherwise."""
+    root = named.resolve(folder).resolve()
     config_path = root / "config.yaml"
     if posttrainbench.is_solve_folder(root):
         return ExternalAgentSpec(
@@ -150,6 +151,14 @@ def load_agent(folder: str | Path) -> ExternalAgentSpec:
     if not start.is_file() or root not in start.parents:
         raise ExternalAgentError(f"{config_path}: start script {spec.start!r} is not a file inside {root}")
     return spec
+
+
+class _Server(ThreadingHTTPServer):
+    """The relay's listener: a thread per connection, and a backlog for the calls a coding agent fires at once
+    (socketserver's default of 5 reset connections when 20 arrived together)."""
+
+    daemon_threads = True
+    request_queue_size = 128
 
 
 class TokenRelay:
@@ -222,8 +231,7 @@ class TokenRelay:
             def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - quiet
                 return
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
+        self._server = _Server(("127.0.0.1", 0), Handler)
         host, port = self._server.server_address[:2]
         self.url = f"http://{host!s}:{port}"
         self._thread = threading.Thread(
@@ -342,6 +350,9 @@ def run_external(
     from grader.benchmarks import get_benchmark
 
     spec = load_agent(agent_dir)
+    problem = named_agent_problem(spec, config)
+    if problem is not None:
+        raise ExternalAgentError(problem)
     paths = locate_run(config, resume_run_id)
     run_id, home = paths.run_id, paths.home
     benchmark = get_benchmark(config.benchmark)
@@ -350,7 +361,7 @@ def run_external(
     atomic_write_json(paths.run_dir / "external.json", spec.model_dump(mode="json"))
     base_model = resolve_base_model(config.base_model, home)
     prepare_workspace(paths, benchmark, layout="autorl-bench")
-    sandbox = sandbox or agent_sandbox(config, reporter)
+    sandbox = sandbox or agent_sandbox(config, reporter, coding_agents=named.is_named_folder(spec.folder))
     if not maps_paths(sandbox):
         raise ExternalAgentError(
             f"the {sandbox.name} sandbox cannot show the agent its folders at fixed paths (/workspace, ...); "
@@ -406,6 +417,11 @@ def run_external(
             final_model = posttrainbench.submit_final_model(relay.url, paths.agent_dir)
             reporter.info(escape(final_model))
         failure = diagnose(result, request.log_path)
+        stopped = result.timed_out or result.oom_killed or result.output_limit_exceeded
+        if failure is not None and gateway is not None and gateway.stop_reason and not stopped:
+            # the host knows why the agent's model stopped answering: that, not the agent's last words, is the cause
+            error = f"its model calls were refused: {gateway.stop_reason}"
+            failure = failure.model_copy(update={"error": error, "reason": f"agent failed: {error}"})
         if result.interrupted:
             status, reason = "interrupted", "the agent was interrupted"
         elif failure is not None:
@@ -445,6 +461,22 @@ def run_external(
         grader.stop()
         reporter.close()
     return summary
+
+
+def named_agent_problem(spec: ExternalAgentSpec, config: RunConfig) -> str | None:
+    """Why a coding agent rlloop ships (claude-code, codex, opencode) cannot run with `config`, else None: it
+    needs a model (the gateway's upstream and the model it runs)."""
+    if not named.is_named_folder(spec.folder):
+        return None
+    models = [m for m in (config.agent_llm_models or "").split(",") if m.strip()]
+    if config.agent_llm_base_url and models:
+        return None
+    command, api = named.NAMED_AGENTS[spec.folder.name]
+    return (
+        f"--agents {spec.name} runs `{command}`, which needs a model: give --agent-llm-base-url (an upstream "
+        f"serving {api}), --agent-llm-models MODEL (the first is the one it runs) and --agent-llm-key-env VAR "
+        "(the host variable holding the key)"
+    )
 
 
 def open_gateway(config: RunConfig, paths: RunPaths, reporter: Reporter) -> ModelGateway | None:
@@ -573,7 +605,7 @@ def _finalize(
     return summary
 
 
-def agent_sandbox(config: RunConfig, reporter: Reporter) -> Sandbox:
+def agent_sandbox(config: RunConfig, reporter: Reporter, coding_agents: bool = False) -> Sandbox:
     """Docker runs the agent in the agent image (AutoRL-Bench's packages), never in the lean trainer image: with
     `--sandbox docker`, or `auto` where Docker is usable, a missing agent image is an error saying how to build it.
     Other backends run the agent as they run trials."""
@@ -582,7 +614,7 @@ def agent_sandbox(config: RunConfig, reporter: Reporter) -> Sandbox:
 
     if config.sandbox not in ("docker", "auto"):
         return open_sandbox(config, reporter, require_isolation=True)
-    problem = missing_agent_image(config.sandbox)
+    problem = missing_agent_image(config.sandbox, coding_agents=coding_agents)
     if problem is not None:
         raise AgentImageMissingError(problem)
     if resolve_auto(AGENT_IMAGE).name == "docker":  # docker usable with the agent image
@@ -590,21 +622,29 @@ def agent_sandbox(config: RunConfig, reporter: Reporter) -> Sandbox:
     return open_sandbox(config, reporter, require_isolation=True)
 
 
-def missing_agent_image(sandbox: str) -> str | None:
-    """Why external agents cannot run with `sandbox` here (Docker chosen, agent image not built), else None."""
-    from sandbox.images import AGENT_IMAGE
+def missing_agent_image(sandbox: str, coding_agents: bool = False) -> str | None:
+    """Why external agents cannot run with `sandbox` here (Docker chosen, agent image not built; with
+    `coding_agents`, an image built without the pinned CLIs), else None."""
+    from sandbox.images import AGENT_CLIS_LABEL, AGENT_IMAGE, agent_clis_pins
     from sandbox.registry import resolve_auto
-    from sandbox.status import docker_status
+    from sandbox.status import docker_status, image_labels
 
     if sandbox not in ("docker", "auto"):
         return None
     status = docker_status(AGENT_IMAGE)
-    if status.image_present or not status.engine_reachable:
+    if not status.engine_reachable:
         return None
-    if sandbox == "docker" or resolve_auto().name == "docker":  # auto would pick docker
+    if sandbox != "docker" and resolve_auto().name != "docker":  # auto would not pick docker
+        return None
+    if not status.image_present:
         return (
             f"external agents run in the image {AGENT_IMAGE} (the trainer image plus AutoRL-Bench's agent "
-            "packages), which is not built: run `rlloop sandbox build --agent`"
+            "packages and the coding agents), which is not built: run `rlloop sandbox build --agent`"
+        )
+    if coding_agents and image_labels(AGENT_IMAGE).get(AGENT_CLIS_LABEL) != agent_clis_pins():
+        return (
+            f"the image {AGENT_IMAGE} was built without the coding agents at the versions this rlloop runs "
+            f"({agent_clis_pins()}): run `rlloop sandbox build --agent` again"
         )
     return None
 

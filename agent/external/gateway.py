@@ -5,10 +5,18 @@ The token relay (`agent.external.driver.TokenRelay`) is the one address the agen
 `/v1/...` request here. The agent was given a per-run placeholder key (`rlloop-placeholder-<hex>`) in the variables
 its ecosystem reads (`agent_env`); the gateway checks that key, swaps it for the real one (read on the host from the
 variable the run names, never written to the sandbox), and forwards to the run's upstream. Before forwarding it
-refuses, with an OpenAI-style error the agent can read, a request past the run's token or dollar cap (429), for a
-model outside the allowlist (403), or larger than the size cap (413). Streamed answers (server-sent events) pass
-through chunk by chunk and are counted from their final usage chunk. Every call is one JSON line in the run's
-transcript (outside the agent's folder) and is handed to `on_call` (MLflow traces).
+refuses, with an error in the protocol's own shape that the agent can read, a request past the run's token or
+dollar cap (402: no client retries it), for a model outside the allowlist (403), or larger than the size cap (413).
+
+It serves what real coding agents send: OpenAI's Chat Completions (OpenCode), Responses API (Codex) and legacy
+completions, Anthropic's Messages with its beta query and headers and its free token count (Claude Code). Streamed
+answers (server-sent events) pass through chunk by chunk and are counted from their usage events.
+
+Caps hold when calls overlap: with a cap set, each call reserves what it may cost before it is forwarded (its prompt
+bytes, which no tokenizer turns into more tokens, plus its output bound: the request's own, or one the gateway adds),
+and a call that could cross the cap waits while others are in flight, so that what is spent past a cap is at most
+one call's worth however many calls arrive at once. Every call is one JSON line in the run's transcript (outside
+the agent's folder) and is handed to `on_call` (MLflow traces).
 """
 
 from __future__ import annotations
@@ -40,8 +48,29 @@ ENDPOINTS = {
     ("POST", "/completions"),
     ("POST", "/responses"),
     ("POST", "/messages"),
+    ("POST", "/messages/count_tokens"),
     ("GET", "/models"),
 }
+# Calls that run no model and cost nothing (Anthropic's token count): forwarded past a cap, never charged or held.
+FREE_ENDPOINTS = {("POST", "/messages/count_tokens")}
+ANTHROPIC_PATHS = ("/messages",)  # answered with Anthropic's error shape
+# Where each API bounds a call's output (the first present wins), and the field the gateway sets when none is.
+_OUTPUT_FIELDS = {
+    "/chat/completions": ("max_completion_tokens", "max_tokens"),
+    "/completions": ("max_tokens",),
+    "/responses": ("max_output_tokens",),
+    "/messages": ("max_tokens",),
+}
+_OUTPUT_FIELD_SET = {
+    "/chat/completions": "max_completion_tokens",
+    "/completions": "max_tokens",
+    "/responses": "max_output_tokens",
+    "/messages": "max_tokens",
+}
+# The API's own output bound when a request names none (legacy completions stop at 16 tokens): nothing to add.
+_OUTPUT_DEFAULTS = {"/completions": 16}
+# A spent cap: 402 Payment Required, which the openai, Anthropic and ai-sdk clients never retry.
+BUDGET_STATUS = 402
 # Request headers never forwarded: hop-by-hop ones, those the gateway sets itself, and the agent's (fake) key.
 _DROPPED = {
     "host",
@@ -85,6 +114,13 @@ class GatewayConfig(BaseModel):
     clip_bytes: int = Field(
         default=4096, ge=0, description="How much of each call's messages the transcript keeps."
     )
+    default_max_output_tokens: int = Field(
+        default=32_000,
+        ge=1,
+        description="With a cap set, the output bound added to a request that names none (Codex's Responses "
+        "requests), so what the call may cost is known before it is forwarded; 32,000 is what Claude Code and "
+        "OpenCode ask for themselves.",
+    )
     timeout_s: float = Field(default=600.0, gt=0, description="Limit of one upstream call.")
 
     @classmethod
@@ -97,6 +133,7 @@ class GatewayConfig(BaseModel):
             key_env=config.agent_llm_key_env,
             models=tuple(m for m in (config.agent_llm_models or "").split(",") if m),
             max_request_bytes=config.agent_llm_max_request_bytes,
+            default_max_output_tokens=config.agent_llm_max_output_tokens,
             max_tokens=config.llm_max_tokens,
             max_usd=config.llm_max_usd,
         )
@@ -117,6 +154,8 @@ class GatewayCall(BaseModel):
     latency_ms: float
     refused: str | None = None  # why the gateway answered itself, without calling the upstream
     estimated: bool = False  # the upstream reported no usage: tokens estimated from bytes, counted high
+    held_ms: float = 0.0  # how long the call waited for calls in flight before it could go (caps near)
+    reserved_tokens: int = 0  # what the call reserved against the token cap while in flight
     request: str = ""  # the messages (or input, prompt), clipped
     response: str = ""  # the answer's text (or body), clipped
 
@@ -148,8 +187,11 @@ def agent_env(placeholder: str, base_url: str, models: tuple[str, ...] | list[st
     return env
 
 
-def _error(message: str, kind: str, code: str | None = None) -> bytes:
-    """OpenAI's error shape, which the openai, Anthropic and LiteLLM SDKs all surface as the message."""
+def _error(message: str, kind: str, code: str | None = None, anthropic: bool = False) -> bytes:
+    """OpenAI's error shape (which the openai and LiteLLM SDKs, Codex and OpenCode surface as the message), or
+    Anthropic's for its Messages paths (Claude Code)."""
+    if anthropic:
+        return json.dumps({"type": "error", "error": {"type": kind, "message": message}}).encode()
     return json.dumps(
         {"error": {"message": message, "type": kind, "param": None, "code": code or kind}}
     ).encode()
@@ -176,7 +218,10 @@ def _usage(data: Any) -> tuple[int, int] | None:
     completion = usage.get("completion_tokens", usage.get("output_tokens"))
     if prompt is None and completion is None:
         return None
-    return int(prompt or 0), int(completion or 0)
+    # Anthropic counts cached prompt tokens apart from input_tokens (OpenAI's prompt_tokens include them): all
+    # are prompt tokens the call read, counted at the input price (high for cache reads, never low)
+    cached = sum(int(usage.get(k) or 0) for k in ("cache_creation_input_tokens", "cache_read_input_tokens"))
+    return int(prompt or 0) + cached, int(completion or 0)
 
 
 def _delta_text(data: Any) -> str:
@@ -281,6 +326,11 @@ class ModelGateway:
         self.stop_reason: str | None = None  # the first cap that refused a call
         self.refusals = 0
         self._lock = threading.Lock()
+        # admission: calls in flight and what they reserved (tokens, dollars), under one condition
+        self._admission = threading.Condition()
+        self._in_flight = 0
+        self._reserved_tokens = 0
+        self._reserved_usd = 0.0
         self._client = httpx.Client(timeout=httpx.Timeout(config.timeout_s, connect=30.0))
         transcript.parent.mkdir(parents=True, exist_ok=True)
 
@@ -309,6 +359,64 @@ class ModelGateway:
             )
         return None
 
+    @property
+    def capped(self) -> bool:
+        """True when the run has a token or dollar cap (then calls reserve what they may cost)."""
+        return self.config.max_tokens is not None or self.config.max_usd is not None
+
+    def _room(self) -> bool:
+        """True while what is spent plus what calls in flight reserved stays under every cap."""
+        spent, c = self.budget.spent(), self.config
+        if c.max_tokens is not None and spent.tokens + self._reserved_tokens >= c.max_tokens:
+            return False
+        return not (c.max_usd is not None and spent.usd + self._reserved_usd >= c.max_usd)
+
+    def _admit(self, tokens: int, usd: float) -> tuple[str | None, float]:
+        """Wait until a call that may cost `tokens` and `usd` can go: at once while the calls in flight leave room
+        under the caps, or when none is in flight; never while a cap is spent (then the reason, to refuse it).
+        Returns (the refusal's reason or None, seconds waited). A call let through must be `_release`d."""
+        started = time.monotonic()
+        with self._admission:
+            while True:
+                reason = self.limit_reason()
+                if reason is not None:
+                    return reason, time.monotonic() - started
+                if self._in_flight == 0 or self._room():
+                    break
+                self._admission.wait()
+            self._in_flight += 1
+            self._reserved_tokens += tokens
+            self._reserved_usd += usd
+        return None, time.monotonic() - started
+
+    def _release(self, tokens: int, usd: float) -> None:
+        """A call let through by `_admit` has ended (its cost recorded): its reservation goes, waiting calls look."""
+        with self._admission:
+            self._in_flight -= 1
+            self._reserved_tokens -= tokens
+            self._reserved_usd -= usd
+            self._admission.notify_all()
+
+    def _bound_output(self, sub: str, data: dict[str, Any]) -> tuple[int, bool]:
+        """The most output tokens the call may produce, and whether the gateway had to set that bound itself (the
+        request named none). `n` choices multiply it."""
+        bound = None
+        for name in _OUTPUT_FIELDS.get(sub, ()):
+            value = data.get(name)
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                bound = value
+                break
+        if bound is None:
+            bound = _OUTPUT_DEFAULTS.get(sub)
+        added = bound is None
+        if bound is None:
+            bound = self.config.default_max_output_tokens
+            data[_OUTPUT_FIELD_SET[sub]] = bound
+        choices = data.get("n")
+        if isinstance(choices, int) and not isinstance(choices, bool) and choices > 1:
+            bound *= choices
+        return bound, added
+
     def _presented_key(self, handler: BaseHTTPRequestHandler) -> str:
         auth = handler.headers.get("Authorization", "")
         if auth.lower().startswith("bearer "):
@@ -324,9 +432,11 @@ class ModelGateway:
         sub = path[len("/v1") :] or "/"
         call = GatewayCall(time=arrived, method=method, path=path, status=0, latency_ms=0.0)
 
+        anthropic = sub.startswith(ANTHROPIC_PATHS)
+
         def refuse(status: int, message: str, kind: str) -> None:
             call.status, call.refused = status, message
-            self._answer(handler, status, _error(message, kind), retry=False)
+            self._answer(handler, status, _error(message, kind, anthropic=anthropic), retry=False)
             self._record(call, started)
 
         length = handler.headers.get("Content-Length")
@@ -389,13 +499,10 @@ class ModelGateway:
                 "model_not_allowed",
             )
             return
-        reason = self.limit_reason()
-        if reason is not None:
-            with self._lock:
-                self.stop_reason = self.stop_reason or reason
-                self.refusals += 1
-            refuse(429, reason, "budget_exceeded")
+        if (method, sub) in FREE_ENDPOINTS:  # no model runs: nothing to cap, reserve or charge
+            self._forward(handler, call, sub, query, body, started, free=True)
             return
+        changed = False
         if call.stream and sub in ("/chat/completions", "/completions"):
             options = data.get("stream_options")
             if not isinstance(options, dict) or not options.get("include_usage"):
@@ -403,8 +510,30 @@ class ModelGateway:
                     **(options if isinstance(options, dict) else {}),
                     "include_usage": True,
                 }
-                body = json.dumps(data).encode()
-        self._forward(handler, call, sub, query, body, started)
+                changed = True
+        tokens, usd = 0, 0.0
+        if self.capped:
+            output, added = self._bound_output(sub, data)
+            changed = changed or added
+            # a token is at least one byte of the text it stands for: the body's size bounds the prompt's tokens
+            tokens = len(body) + output
+            usd = self.prices.cost(call.model or "", len(body), output)
+        if changed:
+            body = json.dumps(data).encode()
+        reason, held = self._admit(tokens, usd) if self.capped else (None, 0.0)
+        call.held_ms = round(held * 1000, 3)
+        if reason is not None:
+            with self._lock:
+                self.stop_reason = self.stop_reason or reason
+                self.refusals += 1
+            refuse(BUDGET_STATUS, reason, "budget_exceeded")
+            return
+        call.reserved_tokens = tokens
+        try:
+            self._forward(handler, call, sub, query, body, started)
+        finally:
+            if self.capped:
+                self._release(tokens, usd)
 
     def _upstream_headers(self, handler: BaseHTTPRequestHandler) -> dict[str, str]:
         headers = {k: v for k, v in handler.headers.items() if k.lower() not in _DROPPED}
@@ -424,6 +553,7 @@ class ModelGateway:
         query: str,
         body: bytes,
         started: float,
+        free: bool = False,
     ) -> None:
         url = f"{self.upstream}{sub}" + (f"?{query}" if query else "")
         headers = self._upstream_headers(handler)
@@ -452,7 +582,12 @@ class ModelGateway:
             if call.status == 0:  # nothing sent to the agent yet
                 call.status, call.refused = 502, f"model upstream unreachable: {exc.__class__.__name__}"
                 with contextlib.suppress(OSError):
-                    self._answer(handler, 502, _error(f"{call.refused}; try again later", "upstream_error"))
+                    message = f"{call.refused}; try again later"
+                    anthropic = sub.startswith(ANTHROPIC_PATHS)
+                    self._answer(handler, 502, _error(message, "upstream_error", anthropic=anthropic))
+        if free:  # a token count: recorded, never charged
+            self._record(call, started)
+            return
         if tokens == (0, 0) and call.status == 200:
             # An upstream that reports no usage must not make the caps unreachable: count what crossed, high.
             tokens = (_estimate_tokens(len(body)), _estimate_tokens(meter.received))

@@ -37,6 +37,14 @@ DEFAULT_PRICES: dict[str, ModelPrice] = {
     "gpt-4.1": ModelPrice(input_per_1m=2.00, output_per_1m=8.00),
     "gpt-4.1-mini": ModelPrice(input_per_1m=0.40, output_per_1m=1.60),
     "gpt-4.1-nano": ModelPrice(input_per_1m=0.10, output_per_1m=0.40),
+    # what the coding agents run (`rlloop bench --agents claude-code,codex,opencode`); "gpt-5" also prices
+    # gpt-5-codex and gpt-5.1-codex (the longest known prefix)
+    "gpt-5": ModelPrice(input_per_1m=1.25, output_per_1m=10.00),
+    "gpt-5-mini": ModelPrice(input_per_1m=0.25, output_per_1m=2.00),
+    "gpt-5-nano": ModelPrice(input_per_1m=0.05, output_per_1m=0.40),
+    "claude-opus-4-5": ModelPrice(input_per_1m=5.00, output_per_1m=25.00),
+    "claude-sonnet-4-5": ModelPrice(input_per_1m=3.00, output_per_1m=15.00),
+    "claude-haiku-4-5": ModelPrice(input_per_1m=1.00, output_per_1m=5.00),
 }
 
 

@@ -181,6 +181,12 @@ class RunConfig(BaseSettings):
     agent_llm_max_request_bytes: int = Field(
         1_000_000, ge=1024, description="External agents: the largest model request the gateway forwards."
     )
+    agent_llm_max_output_tokens: int = Field(
+        32_000,
+        ge=1,
+        description="External agents, with a token or dollar cap: the output bound the gateway adds to a model "
+        "request that names none, so the call's cost is reserved before it is forwarded.",
+    )
     memory: bool = Field(
         False,
         description="Keep lessons per benchmark and base model under RLLOOP_HOME/memory and give them to the next "

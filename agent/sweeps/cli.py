@@ -39,10 +39,11 @@ def bench(
         ),
     ] = None,
     agents: Annotated[
-        list[Path] | None,
+        list[str] | None,
         typer.Option(
-            help="External agent folder: AutoRL-Bench's (config.yaml + start script) or PostTrainBench's "
-            "(solve.sh); repeatable."
+            help="External agents: claude-code, codex, opencode (the coding agents, in the agent image), or a "
+            "folder: AutoRL-Bench's (config.yaml + start script) or PostTrainBench's (solve.sh); a comma list, "
+            "repeatable."
         ),
     ] = None,
     seeds: Annotated[int, typer.Option(help="Seeds 0..N-1 per combination.")] = 1,
@@ -86,6 +87,13 @@ def bench(
     agent_llm_max_request_bytes: Annotated[
         int | None, typer.Option(help="Largest model request the gateway forwards (default 1000000).")
     ] = None,
+    agent_llm_max_output_tokens: Annotated[
+        int | None,
+        typer.Option(
+            help="With a cap: the output bound the gateway adds to a model request that names none (default "
+            "32000), so each call's cost is reserved before it goes."
+        ),
+    ] = None,
     llm_max_tokens: Annotated[
         int | None, typer.Option(help="Per run: LLM tokens (in + out) after which model calls are refused.")
     ] = None,
@@ -95,8 +103,10 @@ def bench(
     home: Annotated[Path | None, typer.Option(help="RLLOOP_HOME (default ./.rlloop).")] = None,
 ) -> None:
     """Run every benchmark x base model x agent x seed combination as a research run; resumable by --sweep-id."""
-    from agent.external.driver import ExternalAgentError, is_agent_folder, load_agent
+    from agent.external import named
+    from agent.external.driver import ExternalAgentError, is_agent_folder, load_agent, named_agent_problem
     from agent.proposers import PROPOSERS
+    from agent.run.config import RunConfig
     from agent.sweeps.driver import run_sweep
     from agent.sweeps.spec import SweepSpec
 
@@ -110,19 +120,34 @@ def bench(
             "external agents"
         )
     folders = []
-    for folder in agents or []:
+    coding_agents = False
+    # a comma list unless the value is itself a folder (a path with a comma in its name)
+    given = [p for v in agents or [] for p in ([v] if Path(v).is_dir() else v.split(",")) if p.strip()]
+    for folder in given:
+        folder = folder.strip()
         if not is_agent_folder(folder):
             _fail(
-                f"--agents {folder}: not an agent folder (needs config.yaml with name and start, or solve.sh)"
+                f"--agents {folder}: not a coding agent ({', '.join(named.NAMED_AGENTS)}) nor an agent folder "
+                "(config.yaml with name and start, or solve.sh)"
             )
         try:
-            folders.append(str(load_agent(folder).folder))
+            spec_ = load_agent(folder)
         except ExternalAgentError as exc:
             _fail(str(exc))
+            return
+        coding_agents = coding_agents or named.is_named_folder(spec_.folder)
+        checked = RunConfig.model_construct(  # the flags, or the RLLOOP_* variables each run would read
+            agent_llm_base_url=agent_llm_base_url or os.environ.get("RLLOOP_AGENT_LLM_BASE_URL"),
+            agent_llm_models=agent_llm_models or os.environ.get("RLLOOP_AGENT_LLM_MODELS"),
+        )
+        problem = named_agent_problem(spec_, checked)
+        if problem is not None:
+            _fail(problem)
+        folders.append(folder if named.is_named(folder) else str(spec_.folder))
     if folders:
         from agent.external.driver import missing_agent_image
 
-        problem = missing_agent_image(sandbox or "auto")
+        problem = missing_agent_image(sandbox or "auto", coding_agents=coding_agents)
         if problem is not None:
             _fail(problem)
     address = ray or os.environ.get("RAY_ADDRESS")
@@ -138,6 +163,7 @@ def bench(
         "agent_llm_key_env": agent_llm_key_env,
         "agent_llm_models": agent_llm_models,
         "agent_llm_max_request_bytes": agent_llm_max_request_bytes,
+        "agent_llm_max_output_tokens": agent_llm_max_output_tokens,
         "llm_max_tokens": llm_max_tokens,
         "llm_max_usd": llm_max_usd,
     }

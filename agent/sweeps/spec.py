@@ -29,7 +29,8 @@ class Combination(BaseModel):
 
     benchmark: str
     base_model: str
-    agent: str  # a proposer's name (builtin, llm, a plugin) or the path of an external agent folder
+    agent: str  # a proposer's name (builtin, llm, a plugin), a coding agent's (claude-code, codex, opencode) or the
+    # path of an external agent folder
     seed: int
 
     @property
@@ -40,14 +41,19 @@ class Combination(BaseModel):
 
     @property
     def agent_label(self) -> str:
-        """How reports name the agent: builtin, llm, or the external folder's name."""
-        return self.agent if not self.is_external else Path(self.agent).name
+        """How reports name the agent: builtin, llm, a coding agent's name, or the external folder's name."""
+        from agent.external import named
+
+        return self.agent if not self.is_external else named.resolve(self.agent).name
 
     def run_id(self, sweep_id: str) -> str:
         """Deterministic: the same sweep id and combination always name the same run (that is what resumes)."""
+        from agent.external import named
+
         agent = slug(self.agent_label, 24)
         if self.is_external:  # two folders with one name must not share a run
-            agent += "-" + hashlib.sha256(str(Path(self.agent).resolve()).encode()).hexdigest()[:6]
+            folder = named.resolve(self.agent).resolve()
+            agent += "-" + hashlib.sha256(str(folder).encode()).hexdigest()[:6]
         parts = [slug(sweep_id, 48), slug(self.benchmark, 20), slug(Path(self.base_model).name, 24), agent]
         run_id = "--".join(parts) + f"--s{self.seed}"
         if len(run_id) > MAX_RUN_ID:

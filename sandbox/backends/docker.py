@@ -124,10 +124,17 @@ class DockerSandbox:
                 p for p in (LIVE_CODE_DIR, request.env.get("PYTHONPATH")) if p
             )
         network_kw: dict[str, Any] = {"network_mode": "none"}
+        mounts = self._volumes(request)
         if request.network == "grader":
             gate = self._grader_network(request.grader_url or "")
             network_kw = {"network": gate.name}
             env["RLLOOP_GRADER_URL"] = gate.url
+            # a name lookup fails at once instead of waiting out Docker's resolver (sandbox.grader_net)
+            mounts.append(
+                docker.types.Mount(
+                    target="/etc/resolv.conf", source=str(gate.resolv_conf), type="bind", read_only=True
+                )
+            )
         log = CappedLog(request.log_path, request.max_log_bytes)
         labels = {MANAGED_LABEL: "true", **request.labels}
         sup = supervise.Supervisor(request, log, self.output_poll_s)
@@ -142,7 +149,7 @@ class DockerSandbox:
             user=user,
             environment=env,
             labels=labels,
-            mounts=self._volumes(request),
+            mounts=mounts,
             tmpfs={"/tmp": f"rw,nosuid,nodev,size={self.tmpfs_mb}m,mode=1777"},
             read_only=True,
             cap_drop=["ALL"],

@@ -253,6 +253,10 @@ url = os.environ["RLLOOP_GRADER_URL"]
 gw = urllib.parse.urlsplit(url).hostname
 attempt("gateway_other_port", lambda: socket.create_connection((gw, PORT), timeout=1.5).close())
 attempt("grader_health", lambda: print(urllib.request.urlopen(url + "/health", timeout=5).read().decode()))
+import time
+started = time.monotonic()
+attempt("name_lookup", lambda: socket.getaddrinfo("api.anthropic.com", 443))
+print("LOOKUP_S", round(time.monotonic() - started, 2))
 """.replace("PORT", str(other.port))
         )
         result = run(sandbox, run_dir, labels, code, network="grader", grader_url=grader_url)
@@ -266,8 +270,14 @@ attempt("grader_health", lambda: print(urllib.request.urlopen(url + "/health", t
         "public_address": "BLOCKED",
         "gateway_other_port": "BLOCKED",
         "grader_health": "ALLOWED",
+        "name_lookup": "BLOCKED",
     }, result.log_path.read_text()
     assert '"status": "ready"' in result.log_tail
+    # a name fails at once (an agent's update check or telemetry must not hang): Docker's resolver took 10 s
+    (lookup_s,) = [
+        float(line.split()[1]) for line in result.log_tail.splitlines() if line.startswith("LOOKUP_S")
+    ]
+    assert lookup_s < 2.0
     assert other.accepted == 0
 
 

@@ -133,24 +133,23 @@ def test_streamed_completion_passes_through_and_is_metered(rig: Rig) -> None:
     assert rig.gateway.budget.spent().tokens == 53
 
 
-def test_token_cap_refuses_the_next_call_with_a_readable_429(tmp_path: Path) -> None:
+def test_token_cap_refuses_the_next_call_with_a_readable_402(tmp_path: Path) -> None:
     rig = _rig(tmp_path, max_tokens=20)
     try:
         rig.upstream.enqueue(reply("ok", prompt_tokens=15, completion_tokens=10), reply("never sent"))
         rig.client.chat.completions.create(model="test-model", messages=[{"role": "user", "content": "a"}])
-        with pytest.raises(
-            openai.RateLimitError
-        ) as raised:  # the SDK's default retries are told not to retry
+        with pytest.raises(openai.APIStatusError) as raised:  # 402: no client retries it
             rig.client.chat.completions.create(
                 model="test-model", messages=[{"role": "user", "content": "b"}]
             )
+        assert raised.value.status_code == 402
         error = raised.value.body
         assert isinstance(error, dict) and error["type"] == "budget_exceeded"
         assert "token cap of 20 reached" in error["message"] and "25 tokens used" in error["message"]
         assert len(rig.upstream.chat_requests()) == 1  # refused before forwarding
         assert rig.gateway.stop_reason is not None and "token cap of 20" in rig.gateway.stop_reason
         lines = rig.lines(2)
-        assert [line["status"] for line in lines] == [200, 429]
+        assert [line["status"] for line in lines] == [200, 402]
         assert "token cap" in str(lines[1]["refused"])
     finally:
         rig.close()
@@ -188,7 +187,7 @@ def test_dollar_cap_refuses_too(tmp_path: Path) -> None:
     try:
         rig.upstream.enqueue(reply("ok", prompt_tokens=10, completion_tokens=10))  # $0.03 at the test prices
         rig.client.chat.completions.create(model="test-model", messages=[{"role": "user", "content": "a"}])
-        with pytest.raises(openai.RateLimitError, match=r"dollar cap of \$0.0100 reached"):
+        with pytest.raises(openai.APIStatusError, match=r"402 - .*dollar cap of \$0.0100 reached"):
             rig.client.chat.completions.create(
                 model="test-model", messages=[{"role": "user", "content": "b"}]
             )
@@ -435,7 +434,7 @@ def test_a_stream_without_usage_is_still_counted_and_capped(tmp_path: Path) -> N
             line["estimated"] is True and line["completion_tokens"] >= 200
         )  # 800 characters of text, counted high
         assert gateway.budget.spent().tokens == line["prompt_tokens"] + line["completion_tokens"] > 300
-        with pytest.raises(openai.RateLimitError, match="token cap of 300"):
+        with pytest.raises(openai.APIStatusError, match="402 - .*token cap of 300"):
             client.chat.completions.create(model="test-model", messages=messages, stream=True)
     finally:
         relay.close()
@@ -567,7 +566,7 @@ def test_an_llm_driven_agent_runs_unchanged_through_bench(
     assert summary["grader"]["total_submissions"] == 1 and summary["grader"]["valid_submissions"] == 1
     assert "step 2: run -> exit 0" in log and "submitted:" in log
     assert "summary (streamed): I wrote code/train.py" in log
-    assert "model refused (429, budget_exceeded): the run's agent LLM token cap of 750 reached" in log
+    assert "model refused (402, budget_exceeded): the run's agent LLM token cap of 750 reached" in log
     assert "egress: blocked" in log
     assert f"key={PLACEHOLDER_PREFIX}" in log  # the agent echoed its key: a placeholder
     llm = summary["agent_llm"]
@@ -576,7 +575,7 @@ def test_an_llm_driven_agent_runs_unchanged_through_bench(
     assert (row["llm_calls"], row["llm_tokens"], row["submissions"]) == ("5", "750", "1")
     assert "token cap of 750 reached" in row["llm_limit"]
     lines = [json.loads(line) for line in (run_dir / "agent-llm.jsonl").read_text().splitlines()]
-    assert [line["status"] for line in lines] == [200] * 5 + [429]
+    assert [line["status"] for line in lines] == [200] * 5 + [402]
     assert sum(int(line["prompt_tokens"]) + int(line["completion_tokens"]) for line in lines) == 750
     agent_env_seen = json.loads((run_dir / "agent" / "agent_env.json").read_text())
     assert agent_env_seen["OPENAI_API_KEY"].startswith(PLACEHOLDER_PREFIX)
