@@ -41,7 +41,7 @@ stop_background() {  # nothing outlives a failed or interrupted run
 }
 trap stop_background EXIT
 
-background system bash -c "bash .ci/docker.sh && bash .ci/chromium.sh"
+background system bash -c "bash .ci/docker.sh && bash .ci/chromium.sh && bash .ci/node.sh"
 # vLLM's venv, then its tests, niced: they run on what the suite leaves idle (its tail) instead of after it
 background vllm bash -c "'$MAKE' --no-print-directory '$VLLM_VENV/.installed' && nice -n 10 '$MAKE' --no-print-directory test-vllm"
 step "installing rlloop's venv"
