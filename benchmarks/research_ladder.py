@@ -13,6 +13,11 @@ same total (`--max-compute-s`, the rung's trials x trial seconds):
 - once:   (a) the default recipe (`--proposer fixed`) once, with the whole compute budget in one trial;
 - seeds:  (b) the default recipe repeated with different seeds from the base model, best on valid;
 - random: (c) random search; greedy: (d) the greedy cascade; tree: (e) the search tree (the built-in default);
+- halving: successive halving over continuations (agent.proposers.halving): about half the compute on drafts at a
+  constant rate, the better half continued with their optimizer, the last line cooled down with every second left;
+- optuna: Optuna's TPE over recipe, start, learning rate and schedule (agent.proposers.numeric), on the same compute
+  cut into twice the trials, half as long (a numeric optimizer needs trials to act); cmaes (not in the default set):
+  the same with CMA-ES;
 - memory: (f, not in the default set) the tree with `--memory`, run after a first tree run with `--memory` (another
   seed, its own RLLOOP_HOME per seed so that seeds do not share lessons): the measured run starts from the first
   run's lessons. The first run's compute is reported beside it, not counted in it (the question is whether a second
@@ -55,11 +60,15 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-POLICIES = ("once", "seeds", "random", "greedy", "tree", "memory")
-DEFAULT_POLICIES = POLICIES[:5]
+POLICIES = ("once", "seeds", "random", "greedy", "tree", "halving", "optuna", "cmaes", "memory")
+DEFAULT_POLICIES = ("once", "seeds", "random", "greedy", "tree", "halving", "optuna")
 PROPOSER = {
-    "once": "fixed", "seeds": "fixed", "random": "random", "greedy": "greedy", "tree": "tree", "memory": "tree"
+    "once": "fixed", "seeds": "fixed", "random": "random", "greedy": "greedy", "tree": "tree", "memory": "tree",
+    "halving": "halving", "optuna": "optuna", "cmaes": "cmaes",
 }  # fmt: skip
+# Optuna's samplers act only past their random start-up: they get the same compute cut into this many times the
+# trials, each that much shorter
+NUMERIC_SPLIT = {"optuna": 2, "cmaes": 2}
 LESSON_SEED = 100  # the memory policy's first run uses seed + LESSON_SEED
 FLOOR, CEILING, ONE_TRIAL_MAX, REACHABLE_GAIN, REGION_SE = 0.05, 0.40, 0.70, 0.15, 3.0
 REGION_MIN_TRIALS = 3  # a region's standard error from fewer trials is too rough to call two regions apart
@@ -100,6 +109,8 @@ def _command(run_id: str, rung: Rung, policy: str, seed: int, test_seed: int) ->
     trials, seconds = (
         (1, rung.trial_seconds * rung.trials) if policy == "once" else (rung.trials, rung.trial_seconds)
     )
+    split = NUMERIC_SPLIT.get(policy, 1)
+    trials, seconds = trials * split, seconds / split
     compute = rung.trial_seconds * rung.trials  # wall seconds of trials, validation included: the same for all
     return [
         sys.executable, "-m", "agent.cli", "run", "--run-id", run_id, "--benchmark", rung.benchmark,

@@ -44,6 +44,24 @@ def _random(config: RunConfig, budget: Budget) -> Proposes:
     return RandomProposer(max_steps=config.trial_steps)
 
 
+def _halving(config: RunConfig, budget: Budget) -> Proposes:
+    from agent.proposers.halving import HalvingProposer
+
+    return HalvingProposer(max_steps=config.trial_steps)
+
+
+def _optuna(config: RunConfig, budget: Budget) -> Proposes:
+    from agent.proposers.numeric import NumericProposer
+
+    return NumericProposer("tpe", max_steps=config.trial_steps, name="optuna")
+
+
+def _cmaes(config: RunConfig, budget: Budget) -> Proposes:
+    from agent.proposers.numeric import NumericProposer
+
+    return NumericProposer("cmaes", max_steps=config.trial_steps, name="cmaes")
+
+
 def _fixed(config: RunConfig, budget: Budget) -> Proposes:
     from agent.proposers.fixed import FixedProposer
 
@@ -67,6 +85,9 @@ def _register_builtins() -> None:
     PROPOSERS.register("greedy", _greedy)
     PROPOSERS.register("tree", _tree)
     PROPOSERS.register("random", _random)
+    PROPOSERS.register("halving", _halving)
+    PROPOSERS.register("optuna", _optuna)
+    PROPOSERS.register("cmaes", _cmaes)
     PROPOSERS.register("fixed", _fixed)
     PROPOSERS.register("llm", _llm)
 

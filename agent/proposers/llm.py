@@ -97,6 +97,17 @@ def parse_proposal(content: str | None) -> tuple[Proposal | None, list[str]]:
         return None, ["schema violation: " + error for error in _pydantic_errors(exc)]
 
 
+def optimizer_view(context: ProposalContext) -> str | None:
+    """A numeric optimizer's view of the trials (agent.proposers.numeric.advice), or None where it has none."""
+    from agent.proposers.numeric import advice
+
+    try:
+        return advice(context, seed=context.seed)
+    except Exception as exc:  # noqa: BLE001 - a second opinion only: the proposal goes on without it
+        logger.warning("no numeric optimizer view: %s", exc)
+        return None
+
+
 class LLMProposer(ProposerBase):
     """Proposes trials with a driver model; implements `agent.proposers.base.Proposer`."""
 
@@ -187,7 +198,12 @@ class LLMProposer(ProposerBase):
         system = system_prompt() + (tools_note(self.max_tool_calls) if env is not None else "")
         messages: list[Message] = [
             {"role": "system", "content": system},
-            {"role": "user", "content": proposal_prompt(context, catalog, self.client.budget, self.lessons)},
+            {
+                "role": "user",
+                "content": proposal_prompt(
+                    context, catalog, self.client.budget, self.lessons, optimizer=optimizer_view(context)
+                ),
+            },
         ]
         try:
             return self._ask(messages, catalog, context, purpose="propose", need_code=False, env=env)

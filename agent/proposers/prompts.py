@@ -100,6 +100,7 @@ def proposal_prompt(
     catalog: RecipeCatalog,
     budget: Budget | None = None,
     lessons: str | None = None,
+    optimizer: str | None = None,
 ) -> str:
     """The user message for `propose`: task, budget left, the trainer library, the trial tree, feedback."""
     best = _score(context.best_score) + (f" (trial {context.best_trial_id})" if context.best_trial_id else "")
@@ -137,6 +138,8 @@ def proposal_prompt(
             "# Lessons from earlier runs on this benchmark and base model (memory)",
             lessons.strip(),
         ]
+    if optimizer:
+        sections += ["", "# A numeric optimizer's view of these trials", optimizer.strip()]
     if context.feedback:
         sections += ["", "# Feedback on your previous proposal (from a person)", context.feedback.strip()]
     sections += [
