@@ -111,7 +111,8 @@ def _command(run_id: str, rung: Rung, policy: str, seed: int, test_seed: int) ->
     )
     split = NUMERIC_SPLIT.get(policy, 1)
     trials, seconds = trials * split, seconds / split
-    compute = rung.trial_seconds * rung.trials  # wall seconds of trials, validation included: the same for all
+    # wall seconds of trials, validation included: the same for every policy
+    compute = rung.trial_seconds * rung.trials
     return [
         sys.executable, "-m", "agent.cli", "run", "--run-id", run_id, "--benchmark", rung.benchmark,
         "--base-model", rung.base_model, "--proposer", PROPOSER[policy], "--seed", str(seed),
