@@ -246,22 +246,30 @@ def benchmarks() -> None:
 
 @app.command()
 def runs(home: Annotated[Path | None, typer.Option()] = None) -> None:
-    """Past runs with baseline, best, submissions and status (newest last)."""
+    """Past runs with baseline, best, submissions and status (newest last), and each run's headline in words."""
+    from agent.run.headline import checkpoint_text
     from agent.run.status import collect_runs
 
     rows = collect_runs(_home(home))
     if not rows:
         console.print(f"no runs under {_home(home) / 'runs'} yet; start one with `rlloop run`")
         return
-    table = Table("run", "benchmark", "model", "status", "baseline", "best", "submissions", "trials")
+    table = Table("run", "benchmark", "model", "status", "public half", "private half", "subs", "trials")
+    table.columns[0].no_wrap = True
     for r in rows:
+        h = r.headline
+        private = ""
+        if h is not None and h.private_baseline is not None:
+            best = h.private_best if h.private_best is not None else h.private_baseline
+            private = f"{r.fmt(h.private_baseline)} → {r.fmt(best)}"
+        public = f"{r.fmt(r.baseline)} → {r.fmt(r.best)}" if r.best is not None else r.fmt(r.baseline)
         table.add_row(
             r.run_id,
             r.benchmark,
             r.base_model,
             r.status,
-            r.fmt(r.baseline),
-            r.fmt(r.best),
+            public,
+            private,
             str(r.submissions),
             str(r.trials),
         )
@@ -269,6 +277,11 @@ def runs(home: Annotated[Path | None, typer.Option()] = None) -> None:
     for r in rows:
         if r.error:
             console.print(f"{r.run_id} failed: {r.error}")
+        elif r.headline and r.headline.public_baseline is not None:
+            where = checkpoint_text(r.headline)
+            console.print(
+                f"{r.run_id}: {r.headline.text}" + (f"\n  {where}" if where else ""), soft_wrap=True
+            )
 
 
 @app.command()

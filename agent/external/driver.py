@@ -598,10 +598,7 @@ def _finalize(
             tracker.log_metrics(parent, {"score": score, "best_score": max(scores[:step])}, step=step)
         close_tracking(tracker, parent, row, paths, plot, status=status, reason=reason)
         atomic_write_json(paths.run_dir / "mlflow.json", {"mlflow_parent": parent})
-    reporter.info(
-        f"{spec.name}: {row.submissions} submissions, best {summary['best_score'] or '-'} vs baseline "
-        f"{summary['baseline'] or '-'}; agent exit code {summary['agent_exit_code']}"
-    )
+    reporter.info(f"{spec.name}: {summary['headline']}; agent exit code {summary['agent_exit_code']}")
     return summary
 
 

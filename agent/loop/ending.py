@@ -58,6 +58,7 @@ def finalize(
             "best_checkpoint": verified_best(run, state, final),
             **submission_summary(state.get("trials", []), run.config.submit),
         },
+        live=state,
     )
     parent = state.get("mlflow_parent")
     if parent:

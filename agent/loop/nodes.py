@@ -45,6 +45,11 @@ class Research(Screened):
     (validate, and the submission policy, come from `agent.loop.submission.Screened`)."""
 
     # ---- routing -----------------------------------------------------------------------------------------------
+    @property
+    def split(self) -> bool:
+        """Whether the hidden test set has a private half: the scores the run sees are then the public half's."""
+        return self.config.public_fraction > 0
+
     def stop_reason(self, state: LoopState) -> str | None:
         if state.get("status") == "terminated":
             return "terminated by a reviewer"
@@ -91,7 +96,8 @@ class Research(Screened):
         ci = baseline.get("ci_low"), baseline.get("ci_high")
         ci_text = f", 95% CI {ci[0]:.3f}-{ci[1]:.3f}" if None not in ci else ""
         self.reporter.info(
-            f"[bold]baseline[/bold] {score:.3f} on the hidden test set (n={baseline.get('n', '?')}{ci_text})"
+            f"[bold]baseline[/bold] {score:.3f} on the {'public half of the ' if self.split else ''}hidden test "
+            f"set (n={baseline.get('n', '?')}{ci_text})"
         )
         return {
             "baseline_score": float(score),
@@ -392,8 +398,9 @@ class Research(Screened):
             ci = grading.get("ci_low"), grading.get("ci_high")
             ci_text = f" (95% CI {ci[0]:.3f}-{ci[1]:.3f})" if None not in ci else ""
             flag = submission_flags(grading)
+            half = "public half " if self.split else ""
             self.reporter.info(
-                f"    [bold]submission #{step}[/bold]: {record.score:.3f}{ci_text}, {delta:+.3f} vs baseline, "
+                f"    [bold]submission #{step}[/bold]: {half}{record.score:.3f}{ci_text}, {delta:+.3f} vs baseline, "
                 f"best {live.best:.3f}{flag}"
             )
         elif record.score is not None:

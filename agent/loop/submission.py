@@ -34,36 +34,51 @@ from agent.loop.validation import (
 from agent.proposers.base import TrialRecord
 from agent.run.interrupts import failpoint
 from grader.config import EvalConfig
+from grader.figures import run_figures
 
 SubmitPolicy = Literal["all", "improved", "final"]
 
 
-def beats_beyond_noise(new: Validation, ref: Validation) -> tuple[bool, str]:
-    """(whether `new` is better than `ref` beyond noise, the figures that say so)."""
+def beats_beyond_noise(new: Validation, ref: Validation, ref_name: str = "the reference") -> tuple[bool, str]:
+    """(whether `new` is better than `ref` beyond noise, why in words: the test that passed, or what each of the two
+    compared and fell short of). `ref_name` names the reference in those words (t02, the base model)."""
     if new.ci_low > ref.score:
-        return True, f"valid CI low {new.ci_low:.3f} above {ref.score:.3f}"
+        return True, (
+            f"its valid CI's lower bound {new.ci_low:.3f} is above {ref_name}'s valid score {ref.score:.3f}"
+        )
     gain = paired_gain_low(new, ref)
     if gain is not None and gain > 0:
-        return True, f"paired gain over the reference at least {gain:+.3f}"
-    paired = "" if gain is None else f", paired gain low {gain:+.3f}"
-    return False, f"valid {new.text()} not above {ref.score:.3f}{paired}"
+        return True, (
+            f"paired on the same valid samples, its gain over {ref_name} is at least {gain:+.3f} (95% lower bound)"
+        )
+    paired = (
+        f"it shares no valid sample with {ref_name} to pair"
+        if gain is None
+        else f"paired on the same valid samples, its gain over {ref_name} may be as low as {gain:+.3f} (95% lower "
+        "bound, not above 0)"
+    )
+    return False, (
+        f"its valid CI's lower bound {new.ci_low:.3f} is not above {ref_name}'s valid score {ref.score:.3f}, and "
+        f"{paired}"
+    )
 
 
 def should_submit(
     policy: SubmitPolicy, new: Validation | None, ref: Validation | None, ref_name: str
 ) -> tuple[bool, str]:
     """(submit now?, why). Without a validation (it failed) or a reference, "improved" submits: no evidence
-    against the checkpoint is not evidence for skipping it."""
+    against the checkpoint is not evidence for skipping it. `ref_name`: the reference, the best submitted so far
+    (t02, the base model)."""
     if policy == "all":
         return True, "submit=all"
     if policy == "final":
         return False, "not submitted yet: submit=final sends only the best by valid score at the end"
     if new is None or ref is None:
         return True, "no valid score to compare"
-    better, why = beats_beyond_noise(new, ref)
+    better, why = beats_beyond_noise(new, ref, ref_name)
     if better:
-        return True, f"{why} ({ref_name})"
-    return False, f"not submitted: {why} (best so far: {ref_name})"
+        return True, f"better than {ref_name} beyond noise: {why}"
+    return False, f"not submitted: not better than {ref_name} beyond noise: {why}"
 
 
 def _sized(result: Validation) -> str:
@@ -151,12 +166,12 @@ class Screened(RunResources):
                 ci_low=best.valid_ci_low or best.valid_score,
                 ci_high=best.valid_ci_high or best.valid_score,
             )
-            return found or fallback, f"{best.trial_id} valid {best.valid_score:.3f}"
+            return found or fallback, best.trial_id
         base = state.get("baseline_valid")
         if not base:
             return None, "no reference"
         found = load_validation(validation_file(self.paths.trials_dir, BASE_ID))
-        return found or Validation.model_validate(base), f"base model valid {base['score']:.3f}"
+        return found or Validation.model_validate(base), "the base model"
 
     def validate(self, state: LoopState) -> dict[str, Any]:
         """Score the trial's checkpoint on the valid split, then let the submission policy decide on it."""
@@ -208,9 +223,10 @@ class Screened(RunResources):
         ref, ref_name = self.reference(state)
         if ref is not None and (best.valid_score or 0.0) <= ref.score:
             return None, ""
+        above = f", above {ref_name}'s {ref.score:.3f}" if ref is not None else ""
         return best, (
-            f"submitted at the end: the best trial by valid score ({best.valid_score:.3f}), above {ref_name}; "
-            "kept back mid-run as within noise"
+            f"submitted at the end: the best trial by valid score ({best.valid_score:.3f}{above}); kept back "
+            "mid-run as not better beyond noise"
         )
 
     def submit_at_end(
@@ -246,4 +262,28 @@ class Screened(RunResources):
                 f"    [bold]final submission[/bold] {graded.trial_id} (best valid {graded.valid_score:.3f}): "
                 f"graded {graded.score:.3f}"
             )
+            self.track_final(state, graded, update)
         return cast(LoopState, {**state, **update}), update
+
+    def track_final(self, state: LoopState, graded: TrialRecord, update: dict[str, Any]) -> None:
+        """MLflow learns of the end's submission as of any other: the parent's score over submissions gets its
+        point, the trial's run its public score and its outcome (graded, no longer kept back)."""
+        parent = state.get("mlflow_parent")
+        if not parent or graded.score is None:
+            return
+        step = int(update["submissions"])
+        live = run_figures(
+            state.get("baseline_score") or 0.0, update.get("best_score", state.get("best_score"))
+        )
+        if not self.tracker.has_metric_at(parent, "score", step):
+            self.tracker.log_metrics(
+                parent,
+                {
+                    "score": graded.score,
+                    "best_score": live.best,
+                    "submission_count": step,
+                    "improvement": live.improvement,
+                },
+                step=step,
+            )
+        self.tracker.mark_graded(parent, self.paths.run_id, self.config.benchmark, graded)

@@ -15,6 +15,7 @@ import httpx
 
 from agent.run.config import RunConfig
 from agent.run.grading import GraderError
+from agent.run.headline import checkpoint_text, run_headline
 from agent.run.reporting import Reporter, flagged_report, plot_scores
 from agent.run.results import ResultRow, append_result_row, result_row
 from agent.run.tracking import Tracker
@@ -43,12 +44,15 @@ def write_ending(
     scores: list[float] | None = None,
     public_baseline: float | None = None,
     extra: Mapping[str, Any] | None = None,
+    live: Mapping[str, Any] | None = None,
 ) -> tuple[dict[str, Any], Path | None]:
     """Append the results row, draw the score plot (public scores, against the public baseline) and write
-    summary.json: the row plus `status`, `stop_reason` and `extra`. Returns the summary and the plot."""
+    summary.json: the row plus `status`, `stop_reason`, `extra` and the `headline` in words (`agent.run.headline`;
+    `live`: the loop's state, whose best trial it names). Returns the summary and the plot."""
     append_result_row(paths.home / "results.csv", row)
     plot = plot_scores(paths.plot_png, scores or [], public_baseline, paths.run_id)
     summary = {**row.model_dump(), "status": status, "stop_reason": reason, **(extra or {})}
+    summary["headline"] = run_headline(live or {}, summary).text
     atomic_write_json(paths.summary_json, summary)
     return summary, plot
 
@@ -69,11 +73,18 @@ def close_tracking(
         metrics["final_best_score"] = float(row.best_score)
     if row.improvement is not None:
         metrics["final_improvement"] = float(row.improvement)
+    if row.scored_on == "private":  # the reported figures are the private half's: named so in the review view
+        if row.best_score is not None:
+            metrics["private_best_score"] = float(row.best_score)
+        if row.baseline is not None:
+            metrics["private_baseline_score"] = float(row.baseline)
     tracker.log_metrics(parent, metrics, step=row.submissions)
     if plot:
         tracker.log_artifact(parent, plot)
     tracker.log_artifact(parent, paths.summary_json)
     tags = {"rlloop.status": status, "rlloop.stop_reason": reason}
+    if row.scored_on:
+        tags["rlloop.scored_on"] = row.scored_on  # the half final_best_score and final_improvement are on
     if row.isolation:
         tags["rlloop.isolation"] = row.isolation
     tracker.set_tags(parent, tags)
@@ -168,8 +179,8 @@ def print_summary(reporter: Reporter, values: Mapping[str, Any], summary: Mappin
     from rich.table import Table
 
     table = Table(title=f"run {values.get('run_id', '')}: {summary.get('stop_reason', '')}")
-    for column in ("trial", "recipe", "from", "op", "status", "valid ±95%", "public", "wall s"):
-        table.add_column(column, no_wrap=column == "valid ±95%")
+    for column in ("trial", "recipe", "from", "op", "status", "valid ±95%", "public half", "wall s"):
+        table.add_column(column, no_wrap=column in ("valid ±95%", "public half"))
     base = values.get("baseline_valid") or {}
     if base:
         table.add_row("base", "", "", "", "", _valid_text(base), _num(values.get("baseline_score")), "")
@@ -194,30 +205,15 @@ def print_summary(reporter: Reporter, values: Mapping[str, Any], summary: Mappin
     reporter.console.print(table)
     for line in flagged_report(values.get("trials", [])):
         reporter.warn(line)
-    baseline, best = values.get("baseline_score"), values.get("best_score")
-    if best is not None and baseline is not None:
-        gain = (best - baseline) * 100
-        verdict = "beats" if best > baseline else "does not beat"
-        reporter.info(
-            f"[bold]best {best:.3f}[/bold] ({values.get('best_trial_id')}) {verdict} the baseline {baseline:.3f} "
-            f"by {gain:+.1f} points over {values.get('submissions', 0)} submissions"
-        )
     trained = sum(1 for t in values.get("trials", []) if t.get("status") == "succeeded")
+    headline = run_headline(values, summary)
+    reporter.info(f"[bold]{headline.text}[/bold]")
     if trained:
         reporter.info(f"{values.get('submissions', 0)} of {trained} trained checkpoints went to the grader")
-    else:
-        reporter.info("no submission beat the baseline")
-    grader = summary.get("grader") or {}
-    reported = grader.get("reported") or {}
-    if reported.get("scored_on") == "private" and grader.get("best_submission_id") is not None:
-        reporter.info(
-            f"on the private half of the test set (never used to choose): best {reported['best']:.3f} vs baseline "
-            f"{reported['baseline']:.3f}, {100 * reported['improvement']:+.1f} points"
-        )
     found = summary.get("best_checkpoint") or {}
     if found.get("verified"):
         reporter.info(
-            f"best checkpoint: {found['path']} (the files the grader scored, sha256 {found['sha256'][:12]})"
+            f"{checkpoint_text(headline)} (the files the grader scored, sha256 {found['sha256'][:12]})"
         )
     reporter.info(
         f"results: {summary.get('workspace', '')} | plot: score_over_submissions.png | `rlloop ui` for MLflow"

@@ -2,6 +2,9 @@
 
 `ResultRow` is the row; its fields are the file's columns, in order, so the two can never drift apart. Scores are
 written with four decimals and a missing value as an empty cell, in the file and in the run's summary.json alike.
+`baseline`, `best_score` and `improvement` are the run's reported figures, on the half of the hidden test set that
+`scored_on` names (the private half when the test set is split); `public_baseline` and `public_best` are the same run
+on the public half, the one it chose by and every live table shows.
 `result_row` is the one way a run's row is built (the research loop's finish, an external agent's, and a run that
 ended early), and `final_figures` the one reader of a run's numbers: the figures the grader's finalize reports
 (`grader.figures`, the score rule), never recomputed here.
@@ -45,6 +48,11 @@ class ResultRow(BaseModel):
     baseline: float | None = None
     best_score: float | None = None
     improvement: float | None = None
+    scored_on: str = (
+        ""  # the half baseline, best_score and improvement are on: "private", or "public" (no split)
+    )
+    public_baseline: float | None = None  # the base model on the public half (what the run chose by)
+    public_best: float | None = None  # the best submission on the public half
     submissions: int = 0
     duration_s: float | None = None
     success: bool
@@ -63,7 +71,7 @@ class ResultRow(BaseModel):
     compute_s: float | None = None
     train_s: float | None = None  # of which training, as the trainers reported it
 
-    @field_serializer("baseline", "best_score", "improvement")
+    @field_serializer("baseline", "best_score", "improvement", "public_baseline", "public_best")
     def _four_decimals(self, value: float | None) -> str:
         return "" if value is None else f"{value:.4f}"
 
@@ -134,29 +142,40 @@ def final_figures(
     best: float | None = None,
     submissions: int = 0,
 ) -> dict[str, Any]:
-    """The row's score columns from the grader's finalize answer: its `reported` figures. Where the grader gave
-    none (it could not be read, or an interrupted run keeps it open), the run's own public `baseline` and `best`
-    under the same rule; `submissions` is the run's own count, used where the grader gave none."""
+    """The row's score columns from the grader's finalize answer: its `reported` figures, and the half they are on
+    (`scored_on`), with the public pair beside them. Where the grader gave none (it could not be read, or an
+    interrupted run keeps it open), the run's own public `baseline` and `best` under the same rule; `submissions` is
+    the run's own count, used where the grader gave none."""
     figures: RunFigures | None = None
     if final.get("reported"):
         figures = RunFigures.model_validate(final["reported"])
     elif baseline is not None:
         figures = run_figures(float(baseline), None if best is None else float(best))
     count = final.get("total_submissions")
+    public_baseline = _number(final.get("baseline_score")) if final.get("reported") else baseline
+    public_best = _number(final.get("best_score")) if final.get("reported") else best
+    if public_best is None and figures is not None and public_baseline is not None:
+        public_best = (
+            public_baseline  # the score rule: no scored submission, the run's model is its base model
+        )
     return {
         "baseline": figures.baseline if figures else None,
         "best_score": figures.best if figures else best,
         "improvement": figures.improvement if figures else None,
+        "scored_on": figures.scored_on if figures else "",
+        "public_baseline": public_baseline,
+        "public_best": public_best,
         "submissions": int(count if count is not None else submissions or 0),
     }
 
 
 def summary_figures(summary: Mapping[str, Any]) -> dict[str, Any]:
-    """A finished run's figures from its summary.json: the grader's reported ones, else its results row's."""
+    """A finished run's figures from its summary.json: the grader's reported ones, else its results row's (a
+    summary from before `scored_on` existed holds the public pair there only when it had no grader figures)."""
     return final_figures(
         summary.get("grader") or {},
-        baseline=_number(summary.get("baseline")),
-        best=_number(summary.get("best_score")),
+        baseline=_number(summary.get("public_baseline", summary.get("baseline"))),
+        best=_number(summary.get("public_best", summary.get("best_score"))),
         submissions=int(_number(summary.get("submissions")) or 0),
     )
 

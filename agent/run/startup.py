@@ -67,6 +67,7 @@ def build_context(started: StartedRun, reporter: Reporter) -> RunContext:
         prepare_workspace(paths, benchmark)  # generated games take a minute the first time
     budget = make_budget(config, paths.budget_ledger)
     proposer = make_proposer(config, budget)
+    write_recipe_catalog(paths, reporter)
     sandbox = open_sandbox(config, reporter, require_isolation=False)
     # trials placed on other machines (ray): each machine must see the run's folder, else the run stops here
     check_storage = getattr(sandbox, "check_shared_storage", None)
@@ -86,6 +87,19 @@ def build_context(started: StartedRun, reporter: Reporter) -> RunContext:
         base_model=base_model,
         benchmark=benchmark,
     )
+
+
+def write_recipe_catalog(paths: RunPaths, reporter: Reporter) -> None:
+    """The recipes as this run runs them, as data (run_dir/recipes.json: schemas, defaults, source): the service's
+    pages read it instead of importing a trainer (`agent.service.recipes`). A resumed run writes it again, as its
+    later trials run the code of now."""
+    from trainers.catalog import CATALOG_NAME, write_catalog
+
+    try:
+        with reporter.watching("describing the recipes for the run page"):
+            write_catalog(paths.run_dir / CATALOG_NAME)
+    except Exception as exc:  # noqa: BLE001 - the page reads the recipes itself then; the run goes on
+        reporter.warn(f"could not describe the recipes into {CATALOG_NAME}: {type(exc).__name__}: {exc}")
 
 
 def saved_config(paths: RunPaths, *, quiet: bool) -> RunConfig:

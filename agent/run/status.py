@@ -10,11 +10,15 @@ from typing import Any
 
 from langgraph.checkpoint.sqlite import SqliteSaver
 
+from agent.run.headline import Headline, run_headline
 from tasks import procfs
 
 
 @dataclass
 class RunRow:
+    """One run as `rlloop runs` and the service's list show it. `baseline` and `best` are on the public half (what
+    the run chose by); `headline` says both halves in words once the run ended (`agent.run.headline`)."""
+
     run_id: str
     benchmark: str
     base_model: str
@@ -25,13 +29,14 @@ class RunRow:
     trials: int
     best_trial_id: str | None = None
     error: str | None = None  # why it failed (summary.json's `error`), for a failed run
+    headline: Headline | None = None
 
     @staticmethod
     def fmt(value: float | None) -> str:
         return "" if value is None else f"{value:.3f}"
 
     def as_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        return {**self.__dict__, "headline": self.headline.model_dump() if self.headline else None}
 
 
 def pid_alive(pid_file: Path) -> bool:
@@ -59,13 +64,6 @@ def read_state(run_dir: Path) -> dict[str, Any]:
         conn.close()
 
 
-def _float(value: Any) -> float | None:
-    try:
-        return None if value in (None, "") else float(value)
-    except (TypeError, ValueError):
-        return None
-
-
 def run_row(run_dir: Path) -> RunRow | None:
     try:
         config = json.loads((run_dir / "run.json").read_text())
@@ -79,16 +77,18 @@ def run_row(run_dir: Path) -> RunRow | None:
         except ValueError:
             summary = {}
     if not state and summary:  # runs without a loop checkpoint (external agents) report through their summary
+        headline = run_headline({}, summary)
         return RunRow(
             run_id=run_dir.name,
             benchmark=str(config.get("benchmark", summary.get("task", ""))),
             base_model=str(config.get("base_model", summary.get("base_model", ""))),
             status=str(summary.get("status", "finished")),
-            baseline=_float(summary.get("baseline")),
-            best=_float(summary.get("best_score")),
+            baseline=headline.public_baseline,
+            best=headline.public_best,
             submissions=int(summary.get("submissions") or 0),
             trials=0,
             error=summary.get("error") if summary.get("status") == "failed" else None,
+            headline=headline,
         )
     status = str(state.get("status") or "starting")
     if status == "running" or status == "starting":
@@ -116,6 +116,7 @@ def run_row(run_dir: Path) -> RunRow | None:
         trials=len(state.get("trials") or []),
         best_trial_id=state.get("best_trial_id"),
         error=error,
+        headline=run_headline(state, summary if status not in ("running",) else {}),
     )
 
 

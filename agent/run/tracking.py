@@ -40,15 +40,23 @@ ML_WORKFLOW = "workflowType=machine_learning"
 # A saved view of the experiment's training runs (MLflow's shared view state, an experiment tag), with the columns a
 # reviewer compares; `runs_url` opens it with the GenAI switch off, whatever a fresh browser would default to.
 REVIEW_VIEW_KEY = "rlloop-review"
+# Trial rows show their public-half `score` (graded trials only) and `rlloop.outcome` (graded, kept back, failed,
+# rejected: the run page's words); parent rows their public baseline and best and, once ended, the private half.
+OUTCOME_TAG = "rlloop.outcome"
 REVIEW_COLUMNS = (
+    f"tags.`{OUTCOME_TAG}`",
+    "metrics.`score`",
+    "metrics.`valid_score`",
     "metrics.`baseline_score`",
     "metrics.`best_score`",
     "metrics.`improvement`",
     "metrics.`submission_count`",
-    "metrics.`valid_score`",
+    "metrics.`private_best_score`",
+    "metrics.`private_baseline_score`",
     "params.`recipe`",
     "tags.`rlloop.isolation`",
 )
+SCORE_DIGITS = 4  # scores go to MLflow as results.csv writes them: 0.6333, not 0.6333333333333333
 TRIAL_NODES = ("propose", "approve", "run_trial", "validate", "submit", "record")
 RUN_NODES = ("prepare", "finish")
 
@@ -104,7 +112,7 @@ class Tracker:
             kind = experiment.tags.get(EXPERIMENT_KIND_TAG, "")
             if not kind or kind.endswith("inferred") or kind == "no_inferred_type":  # ours, or the UI's guess
                 self.client.set_experiment_tag(experiment.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
-            if f"{SHARED_VIEW_PREFIX}{REVIEW_VIEW_KEY}" not in experiment.tags:
+            if not has_review_view(experiment.tags):
                 self.save_review_view(str(experiment.experiment_id))
             return str(experiment.experiment_id)
         self.artifact_root.mkdir(parents=True, exist_ok=True)
@@ -160,7 +168,7 @@ class Tracker:
 
     def log_metrics(self, parent: str, metrics: dict[str, float], step: int = 0) -> None:
         for key, value in metrics.items():
-            self.client.log_metric(parent, key, float(value), step=step)
+            self.client.log_metric(parent, key, shown(key, value), step=step)
 
     def has_metric_at(self, parent: str, key: str, step: int) -> bool:
         """True when `key` was already logged at `step` (a resumed run re-running its record step)."""
@@ -226,10 +234,11 @@ class Tracker:
             metrics["score"] = trial.score
             metrics["flagged"] = 1.0 if flags else 0.0
         for key, value in metrics.items():
-            self.client.log_metric(child, key, float(value))
+            self.client.log_metric(child, key, shown(key, value))
         for path in artifacts:  # the host's records of the trial; a link or a special file is never logged
             if untrusted.is_file(path.parent, path.name):
                 self.client.log_artifact(child, str(path))
+        self.client.set_tag(child, OUTCOME_TAG, trial_outcome(trial))
         self.client.set_tag(child, "rlloop.status", trial.status)  # last: marks the run filled
         self.client.set_terminated(child, status="FINISHED" if trial.status == "succeeded" else "FAILED")
         return str(child)
@@ -305,21 +314,52 @@ class Tracker:
         """The parent run's MLflow page with the GenAI switch off: without it a fresh browser shows the run under
         the GenAI pages (its experiment link going to "Evaluation runs", not the training runs)."""
         run = self.client.get_run(parent)
-        return f"{ui_base}/#/experiments/{run.info.experiment_id}/runs/{parent}?{ML_WORKFLOW}"
+        return run_page_url(ui_base, str(run.info.experiment_id), parent)
 
     def save_review_view(self, experiment_id: str) -> None:
         """(Re)write the experiment's review view (the tag `runs_url` opens)."""
         for key, value in review_view_tag().items():
             self.client.set_experiment_tag(experiment_id, key, value)
 
+    def mark_graded(self, parent: str, run_id: str, benchmark: str, trial: TrialRecord) -> None:
+        """A trial graded after it was recorded (a run's end grades its best kept-back checkpoint): its run gets
+        the public score and the outcome it now has."""
+        experiment_id = self.experiment_id(benchmark)
+        found = self._find_trial(experiment_id, run_id, trial.trial_id)
+        if found is None or trial.score is None:
+            return
+        self.client.log_metric(found.info.run_id, "score", shown("score", trial.score))
+        self.client.set_tag(found.info.run_id, OUTCOME_TAG, trial_outcome(trial))
+
+
+def shown(key: str, value: float) -> float:
+    """A metric as MLflow's tables should show it: scores (and their CIs, gains) to SCORE_DIGITS decimals."""
+    if key.endswith(("score", "_ci_low", "_ci_high", "improvement")):
+        return round(float(value), SCORE_DIGITS)
+    return float(value)
+
+
+def trial_outcome(trial: TrialRecord) -> str:
+    """What happened to a trial, in the run page's words: graded (sent to the grader), kept back (trained, not
+    sent), failed, rejected."""
+    if trial.status == "succeeded":
+        return "graded" if trial.score is not None or trial.submission_id is not None else "kept back"
+    if trial.status in ("failed", "skipped"):
+        return "failed"
+    return str(trial.status)
+
 
 SHARED_VIEW_PREFIX = "mlflow.sharedViewState."
 
 
 def review_view_tag() -> dict[str, str]:
-    """The experiment tag holding the review view: MLflow's UI reads it for `?viewStateShareKey=<key>`."""
+    """The experiment tag holding the review view: MLflow's UI reads it for `?viewStateShareKey=<key>`. (It takes
+    the columns and the order from it, never which runs are opened: a run's trials are one click on its row away.)"""
     state = {
         "selectedColumns": list(REVIEW_COLUMNS),
+        # a trial's outcome and score first; MLflow 3.17 applies a saved order only when the view reaches its grid
+        # before the grid is drawn (a race, seen both ways), else its own (params, metrics, tags, each by name)
+        "columnOrder": ["attributes.`Run Name`", "attributes.`Created`", *REVIEW_COLUMNS],
         "orderByKey": "attributes.start_time",
         "orderByAsc": False,
         "runsExpanded": {},
@@ -327,9 +367,14 @@ def review_view_tag() -> dict[str, str]:
     return {f"{SHARED_VIEW_PREFIX}{REVIEW_VIEW_KEY}": json.dumps(state)}
 
 
+def has_review_view(tags: dict[str, str]) -> bool:
+    """Whether an experiment holds this version's review view (an older one, other columns, is rewritten)."""
+    return all(tags.get(key) == value for key, value in review_view_tag().items())
+
+
 def review_links(root: Path, ui_base: str) -> list[tuple[str, str]]:
     """(experiment, link to its training runs in the review view) for every rlloop experiment of a home's store,
-    saving the view on experiments made before it existed; empty when the store cannot be read."""
+    saving the view on experiments made before it (or its columns) existed; empty when the store cannot be read."""
     db = root / "mlflow.db"
     if not db.is_file():
         return []
@@ -338,7 +383,7 @@ def review_links(root: Path, ui_base: str) -> list[tuple[str, str]]:
         found = tracker.client.search_experiments(filter_string="name LIKE 'rlloop/%'")
         links = []
         for experiment in found:
-            if f"{SHARED_VIEW_PREFIX}{REVIEW_VIEW_KEY}" not in experiment.tags:
+            if not has_review_view(experiment.tags):
                 tracker.save_review_view(str(experiment.experiment_id))
             base = f"{ui_base}/#/experiments/{experiment.experiment_id}"
             links.append(
@@ -351,6 +396,11 @@ def review_links(root: Path, ui_base: str) -> list[tuple[str, str]]:
     except Exception as exc:  # a busy or newer store: the UI still starts
         log.warning("could not list the experiments of %s: %s", db, exc)
         return []
+
+
+def run_page_url(ui_base: str, experiment_id: str, parent: str) -> str:
+    """A run's MLflow page under Model training (`Tracker.run_url`, for callers that know the experiment)."""
+    return f"{ui_base.rstrip('/')}/#/experiments/{experiment_id}/runs/{parent}?{ML_WORKFLOW}"
 
 
 def runs_url(run_url: str) -> str | None:

@@ -14,6 +14,7 @@ from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, HTTPException, Request, Response, status
 from fastapi import Path as PathParam
+from fastapi.exception_handlers import request_validation_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse
 from pydantic import ValidationError
@@ -36,6 +37,7 @@ from agent.service.auth import (
 from agent.service.guard import Caller, authorize, wants_page
 from agent.service.lineage import edit_problems
 from agent.service.page_schemas import RunPage, TrialDetail
+from agent.service.recipes import RecipeView, ServiceRecipes
 from agent.service.records import load_record
 from agent.service.runpage import RunRecords, etag_of, pending_of
 from agent.service.schemas import (
@@ -90,6 +92,7 @@ def create_app(settings: ServiceSettings) -> FastAPI:
     token, created = admin_token(settings)  # first: a users or token file that cannot be used stops the start
     pool = WorkerPool(settings)
     mlflow_links = MlflowLinks(settings.mlflow_ui_url, settings.home / "mlartifacts")
+    recipes = ServiceRecipes()  # described in a child process, only for a run without its own recipes.json
     runs_dir = settings.home / "runs"
     token_file = admin_token_file_for(settings.home) if token is not None else None
     extra: list[ServiceUser] = [admin_token_user(token)] if token is not None else []
@@ -134,6 +137,24 @@ def create_app(settings: ServiceSettings) -> FastAPI:
     app.state.users = directory
     app.state.admin_token = token
     app.state.admin_token_file = token_file
+    app.state.recipes = recipes
+
+    @app.exception_handler(RequestValidationError)
+    async def body_not_json(request: Request, exc: RequestValidationError) -> Response:
+        """A body that is not JSON at all is a bad request (400), said plainly; a JSON body with wrong fields stays
+        FastAPI's 422, naming each field."""
+        broken = next((e for e in exc.errors() if e.get("type") == "json_invalid"), None)
+        if broken is None:
+            return await request_validation_exception_handler(request, exc)
+        where = broken.get("loc") or ()
+        at = f" at character {where[-1]}" if where and isinstance(where[-1], int) else ""
+        return JSONResponse(
+            {
+                "detail": f"the request body is not valid JSON ({broken.get('ctx', {}).get('error', 'malformed')}"
+                f"{at}): send a JSON object with Content-Type: application/json, as /docs shows"
+            },
+            status_code=status.HTTP_400_BAD_REQUEST,
+        )
 
     def pending_by_run() -> dict[str, list[str]]:
         grouped: dict[str, list[str]] = {}
@@ -176,16 +197,22 @@ def create_app(settings: ServiceSettings) -> FastAPI:
         return JSONResponse(data, headers=headers)
 
     @app.get("/health")
-    def health() -> dict[str, Any]:
+    def health(caller: Caller) -> dict[str, Any]:
         """Liveness, how many workers run now, and how callers sign in: `auth` is "token" or "open" (--no-auth);
-        `admin_token_file` is where the admin token is kept (null when there is none)."""
-        return {
+        `admin_token_file` says where the admin token is kept (null when there is none): relative to the service's
+        RLLOOP_HOME for anyone, and `home` with the absolute paths only for a signed-in admin (or an open service's
+        caller on this machine)."""
+        admin = caller.role == "admin" and (caller.authenticated or not directory.required)
+        answer: dict[str, Any] = {
             "status": "ok",
-            "home": str(settings.home),
             "running": pool.active_count(),
             "auth": "token" if directory.required else "open",
-            "admin_token_file": str(token_file) if token_file is not None else None,
+            "admin_token_file": f"RLLOOP_HOME/{token_file.name}" if token_file is not None else None,
         }
+        if admin:
+            answer["home"] = str(settings.home)
+            answer["admin_token_file"] = str(token_file) if token_file is not None else None
+        return answer
 
     @app.get("/auth/me", response_model=Identity)
     def whoami(caller: Caller) -> Identity:
@@ -253,7 +280,7 @@ def create_app(settings: ServiceSettings) -> FastAPI:
         Carries an ETag: send If-None-Match to get 304 while nothing changed."""
         summary = summary_of(run_id)
         detail = run_detail(summary, runs_dir / run_id, pool.record(run_id), mlflow_links)
-        return page_or_304(request, RunRecords(runs_dir / run_id).page(summary, detail.mlflow_url))
+        return page_or_304(request, RunRecords(runs_dir / run_id, recipes).page(summary, detail.mlflow_url))
 
     @app.get("/runs/{run_id}/trials/{trial_id}", response_model=TrialDetail)
     def trial_detail(run_id: RunId, trial_id: TrialId, request: Request) -> Any:
@@ -263,7 +290,7 @@ def create_app(settings: ServiceSettings) -> FastAPI:
         if wants_page(request):
             return HTMLResponse(RUN_PAGE.read_text())
         summary_of(run_id)
-        found = RunRecords(runs_dir / run_id).trial_detail(trial_id)
+        found = RunRecords(runs_dir / run_id, recipes).trial_detail(trial_id)
         if found is None:
             raise HTTPException(status.HTTP_404_NOT_FOUND, f"no trial {trial_id!r} in run {run_id!r}")
         return page_or_304(request, found)
@@ -305,7 +332,7 @@ def create_app(settings: ServiceSettings) -> FastAPI:
             view = pending_view(run_id, trial, active)
             try:
                 if run_id not in records:
-                    records[run_id] = RunRecords(runs_dir / run_id)
+                    records[run_id] = RunRecords(runs_dir / run_id, recipes)
                 view.context = records[run_id].approval_context(trial)
             except Exception:  # a half-written run: the card still shows the proposal and its buttons
                 logger.exception("could not assemble the context of %s %s", run_id, trial.trial_id)
@@ -330,7 +357,12 @@ def create_app(settings: ServiceSettings) -> FastAPI:
             waiting = next((t for t in pending_of(runs_dir / run_id) if t.trial_id == trial_id), None)
             if waiting is not None and waiting.proposal.train_py is None:
                 recipe = decision.recipe or waiting.proposal.recipe
-                problems = edit_problems(recipe, waiting.proposal.hyperparameters, decision.set)
+                problems = edit_problems(
+                    recipe,
+                    waiting.proposal.hyperparameters,
+                    decision.set,
+                    RecipeView(runs_dir / run_id, recipes),
+                )
                 if problems:
                     raise RequestValidationError(
                         [{"loc": ("body", "set"), "msg": p, "type": "value_error"} for p in problems]

@@ -16,7 +16,7 @@ from fastapi import Depends, HTTPException, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel
 
-from agent.service.auth import ROLE_RANK, ROLES, Role, UserDirectory, is_loopback
+from agent.service.auth import ADMIN_TOKEN_FILE_NAME, ROLE_RANK, ROLES, Role, UserDirectory, is_loopback
 
 OPEN_PATHS = frozenset({"/", "/health", "/ui.js", "/ui.css"})
 # Routes that answer a browser's navigation with a page (static HTML, no data: its script fetches the data with the
@@ -77,13 +77,13 @@ def _refuse_cross_origin(request: Request) -> None:
 
 
 def _sign_in_hint(request: Request) -> str:
-    """Where the admin token is, for the 401: whoever can read that file may sign in with it."""
-    token_file = getattr(request.app.state, "admin_token_file", None)
-    if token_file is None:
+    """Where the admin token is, for the 401, said without the machine's paths (the caller is nobody yet): whoever
+    started the service was shown the file's path and the sign-in link."""
+    if getattr(request.app.state, "admin_token_file", None) is None:
         return ""
     return (
-        f"; or sign in with the admin token kept in {token_file} (the service printed the sign-in link at start: "
-        "open this service's page at /#token=<the token>)"
+        f"; or sign in with the admin token, kept in the service's RLLOOP_HOME as {ADMIN_TOKEN_FILE_NAME} (the "
+        "service printed its path and the sign-in link at start: open this service's page at /#token=<the token>)"
     )
 
 

@@ -1,14 +1,13 @@
 """A trial against what it came from: its tree node, the hyperparameters it changed, its code's diff, the edit form.
 
 Shared by the run page, the trial view and the approval card, so each shows a trial the same way. Inputs are the
-loop's own records (the checkpointed TrialRecords, the recipe registry); trial-written files go through
-`agent.service.trialfiles`.
+loop's own records (the checkpointed TrialRecords, the recipe catalog the run wrote: `agent.service.recipes`, never a
+trainer module); trial-written files go through `agent.service.trialfiles`.
 """
 
 from __future__ import annotations
 
 import difflib
-import inspect
 import json
 from pathlib import Path
 from typing import Any, Literal
@@ -23,6 +22,7 @@ from agent.service.page_schemas import (
     Scored,
     TreeNode,
 )
+from agent.service.recipes import RecipeView
 from agent.service.trialfiles import CODE_BYTES, TrialFiles
 
 BASE = "base"
@@ -93,29 +93,15 @@ def base_node(state: dict[str, Any], scores: dict[str, Any]) -> TreeNode:
     )
 
 
-def recipe_defaults(recipe: str) -> dict[str, Any]:
-    """The recipe config's defaults (empty for an unknown recipe)."""
-    try:
-        from trainers.registry import get_recipe
-
-        config_class = get_recipe(recipe).config_class
-    except Exception:  # an unknown or broken plugin recipe: nothing to compare with
-        return {}
-    return {
-        name: info.default
-        for name, info in config_class.model_fields.items()
-        if not info.is_required() and isinstance(info.default, int | float | str | bool | None)
-    }
-
-
 def changes(
-    hyperparameters: dict[str, Any], parent: dict[str, Any] | None, recipe: str
+    hyperparameters: dict[str, Any], parent: dict[str, Any] | None, recipe: str, recipes: RecipeView
 ) -> list[HyperparameterChange]:
     """Each hyperparameter with what it replaced: the parent's value when the parent set it, else the recipe's
     default. `parent`: the parent trial's proposal (same recipe), None from the base model."""
     same_recipe = parent is not None and parent.get("recipe") == recipe
     parent_hps = (parent or {}).get("hyperparameters") or {} if same_recipe else {}
-    defaults = recipe_defaults(recipe)
+    info = recipes.get(recipe)
+    defaults = info.defaults if info is not None else {}
     out: list[HyperparameterChange] = []
     for name in sorted(set(hyperparameters) | set(parent_hps)):
         value = hyperparameters.get(name, defaults.get(name))
@@ -145,19 +131,10 @@ def config_diff(hyperparameters: dict[str, Any], parent: dict[str, Any] | None, 
     return "".join(difflib.unified_diff(_lines(before), _lines(hyperparameters), label, "proposed"))
 
 
-def recipe_source(recipe: str) -> tuple[str, str]:
-    """(file name, source) of the module that runs a recipe; ("", "") when unknown."""
-    try:
-        from trainers.registry import get_recipe
-
-        module = inspect.getmodule(get_recipe(recipe).run)
-        path = inspect.getsourcefile(module) if module else None
-        if not path:
-            return "", ""
-        text = Path(path).read_text()[:CODE_BYTES]
-        return Path(path).name, text
-    except Exception:  # a plugin without source: the page says there is none
-        return "", ""
+def recipe_source(recipe: str, recipes: RecipeView) -> tuple[str, str]:
+    """(file name, source) of the module that runs a recipe, as the run's catalog holds it; ("", "") when unknown."""
+    info = recipes.get(recipe)
+    return (info.source_name, info.source[:CODE_BYTES]) if info is not None else ("", "")
 
 
 def code_view(
@@ -165,6 +142,7 @@ def code_view(
     parent: dict[str, Any] | None,
     parent_id: str | None,
     run_dir: Path,
+    recipes: RecipeView,
 ) -> CodeView:
     """The code the trial runs and how it differs: its train.py against the parent's train.py (or the recipe's
     source when the parent ran a recipe); a recipe against the parent's recipe or train.py."""
@@ -177,12 +155,12 @@ def code_view(
             parent_code = TrialFiles(run_dir, parent_id).train_py() or str(parent.get("train_py"))
             parent_name = f"{parent_id}/train.py"
         else:
-            name, text = recipe_source(str(parent.get("recipe") or ""))
+            name, text = recipe_source(str(parent.get("recipe") or ""), recipes)
             parent_code, parent_name = text, f"{parent_id}: recipe {parent.get('recipe')} ({name})"
     if train_py:
         code = str(train_py)[:CODE_BYTES]
         if parent_code is None:
-            name, parent_code = recipe_source(recipe)
+            name, parent_code = recipe_source(recipe, recipes)
             parent_name = f"recipe {recipe} ({name})" if name else f"recipe {recipe}"
         diff = "".join(
             difflib.unified_diff(
@@ -197,7 +175,7 @@ def code_view(
             diff=diff,
             truncated=len(str(train_py)) > CODE_BYTES,
         )
-    name, code = recipe_source(recipe)
+    name, code = recipe_source(recipe, recipes)
     against = parent_name or f"recipe {recipe} ({name})"
     before = parent_code if parent_code is not None else code
     diff = "".join(
@@ -241,33 +219,59 @@ def estimated_compute_s(proposal: dict[str, Any], trial_seconds: float | None) -
         return None
 
 
-def edit_problems(recipe: str, hyperparameters: dict[str, Any], edited: dict[str, Any]) -> list[str]:
-    """What is wrong with an edit, judged by the recipe's config class (the loop's own fields filled in): one line
-    per edited field that does not validate. Empty for a recipe without a schema (the trial's setup judges it)."""
-    from pydantic import ValidationError
-
-    try:
-        from trainers.registry import get_recipe
-
-        config_class = get_recipe(recipe).config_class
-    except Exception:
+def edit_problems(
+    recipe: str, hyperparameters: dict[str, Any], edited: dict[str, Any], recipes: RecipeView
+) -> list[str]:
+    """What is wrong with an edit, judged by the recipe's config schema as the run's catalog holds it: one line per
+    edited field that is unknown, of the wrong type or out of bounds. The loop validates the whole config with the
+    recipe's own class again before the trial starts (cross-field rules too). Empty for a recipe without a schema."""
+    info = recipes.get(recipe)
+    if info is None or not info.config_schema.get("properties"):
         return []
-    values = {
-        **hyperparameters,
-        **edited,
-        "model_path": "/model",
-        "train_file": "/t.jsonl",
-        "output_dir": "/o",
-    }
-    try:
-        config_class.model_validate(values)
-    except ValidationError as exc:
-        return [
-            f"{'.'.join(map(str, e['loc']))}: {e['msg']}"
-            for e in exc.errors(include_url=False)
-            if e["loc"] and str(e["loc"][0]) in edited
-        ]
-    return []
+    specs = {spec.name: spec for spec in field_specs(recipe, hyperparameters, recipes)}
+    problems: list[str] = []
+    for name, value in edited.items():
+        spec = specs.get(name)
+        if spec is None:
+            owned = name in LOOP_OWNED_FIELDS or is_path_name(name)
+            problems.append(
+                f"{name}: set by the loop, not by a proposal"
+                if owned
+                else f"{name}: {recipe} has no such hyperparameter (see `python -m trainers --list`)"
+            )
+            continue
+        problem = value_problem(spec, value)
+        if problem:
+            problems.append(f"{name}: {problem}")
+    return problems
+
+
+def value_problem(spec: FieldSpec, value: Any) -> str | None:
+    """Why `value` does not fit a form field's schema (type, choices, bounds), or None; the page checks the same."""
+    if value is None:
+        return None if spec.nullable else "a value is needed (it cannot be null)"
+    if spec.type == "json":
+        return None
+    if spec.type == "boolean":
+        return None if isinstance(value, bool) else f"true or false is needed, got {value!r}"
+    if spec.type == "string":
+        return None if isinstance(value, str) else f"a string is needed, got {value!r}"
+    if spec.type == "enum":
+        return None if value in spec.choices else f"one of {', '.join(map(repr, spec.choices))} is needed"
+    is_number = isinstance(value, int | float) and not isinstance(value, bool)
+    if spec.type == "integer" and not (is_number and float(value).is_integer()):
+        return f"an integer is needed, got {value!r}"
+    if not is_number:
+        return f"a number is needed, got {value!r}"
+    for bound, fails, words in (
+        (spec.minimum, lambda b: value < b, "at least"),
+        (spec.maximum, lambda b: value > b, "at most"),
+        (spec.exclusive_minimum, lambda b: value <= b, "above"),
+        (spec.exclusive_maximum, lambda b: value >= b, "below"),
+    ):
+        if bound is not None and fails(bound):
+            return f"{words} {bound:g} is needed, got {value!r}"
+    return None
 
 
 def _field_type(prop: dict[str, Any]) -> tuple[str, bool, list[Any]]:
@@ -287,16 +291,12 @@ def _field_type(prop: dict[str, Any]) -> tuple[str, bool, list[Any]]:
     return "json", nullable, []
 
 
-def field_specs(recipe: str, hyperparameters: dict[str, Any]) -> list[FieldSpec]:
+def field_specs(recipe: str, hyperparameters: dict[str, Any], recipes: RecipeView) -> list[FieldSpec]:
     """The edit form's fields from the recipe's config schema: the proposed ones first, then every other field a
     proposal may set (never the loop's own fields nor paths). A recipe without a schema gets one JSON field per
     hyperparameter."""
-    try:
-        from trainers.registry import get_recipe
-
-        schema = get_recipe(recipe).config_class.model_json_schema()
-    except Exception:
-        schema = {}
+    info = recipes.get(recipe)
+    schema = info.config_schema if info is not None else {}
     props: dict[str, Any] = schema.get("properties") or {}
     specs: list[FieldSpec] = []
     for name in [*hyperparameters, *(n for n in props if n not in hyperparameters)]:

@@ -10,6 +10,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from agent.run.headline import Headline
+
 NodeState = Literal["base", "graded", "kept back", "failed", "rejected", "pending", "running"]
 
 
@@ -146,6 +148,7 @@ class ApprovalContext(BaseModel):
     history: list[DecisionEntry] = Field(default_factory=list)
     failures: list[TreeNode] = Field(default_factory=list, description="Trials that failed so far, and why.")
     fields: list[FieldSpec] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list, description="What could not be shown yet, and why.")
 
 
 class RunPage(BaseModel):
@@ -156,6 +159,11 @@ class RunPage(BaseModel):
     benchmark: str = ""
     base_model: str = ""
     stop_reason: str | None = None
+    headline: Headline = Field(
+        default_factory=Headline,
+        description="What the run achieved, both halves named, in words and figures.",
+    )
+    approval_policy: str = Field(default="", description="When the run asks a person (`--approval`).")
     waiting: list[str] = Field(default_factory=list, description="Trial ids waiting for a person.")
     nodes: list[TreeNode] = Field(default_factory=list)
     scores: ScoreSeries = Field(default_factory=ScoreSeries)
@@ -199,7 +207,8 @@ class TrialDetail(BaseModel):
     changes: list[HyperparameterChange] = Field(default_factory=list)
     code: CodeView | None = None
     config_diff: str = ""
-    log_tail: str = ""
+    log_tail: str = Field(default="", description="The end of the trial's log.txt (its last 16 KiB at most).")
+    log_truncated: bool = Field(default=False, description="Earlier lines of the log were left out.")
     train_metrics: dict[str, float] = Field(default_factory=dict)
     metric_series: list[MetricSeries] = Field(default_factory=list)
     failures: list[FailureCluster] = Field(default_factory=list)

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.proposers.base import TrialRecord
+from agent.run.headline import Headline, run_headline
 from agent.run.status import read_state
 from agent.service.lineage import (
     BASE,
@@ -37,11 +38,13 @@ from agent.service.page_schemas import (
     TreeNode,
     TrialDetail,
 )
+from agent.service.recipes import RecipeView, ServiceRecipes
 from agent.service.schemas import RunSummary
 from agent.service.trialfiles import TrialFiles
 from sandbox import untrusted
 
 SMALL_JSON = 4 * 1024 * 1024
+ACTIVE = ("queued", "running", "waiting for approval")
 
 
 def read_json(run_dir: Path, name: str) -> dict[str, Any]:
@@ -56,8 +59,9 @@ def read_json(run_dir: Path, name: str) -> dict[str, Any]:
 class RunRecords:
     """One run's records, read once per request."""
 
-    def __init__(self, run_dir: Path) -> None:
+    def __init__(self, run_dir: Path, recipes: ServiceRecipes | None = None) -> None:
         self.run_dir = run_dir
+        self.recipes = RecipeView(run_dir, recipes)
         self.state = read_state(run_dir)
         self.config = read_json(run_dir, "run.json")
         self.scores = read_json(run_dir, "scores.json")
@@ -222,8 +226,8 @@ class RunRecords:
         return ApprovalContext(
             parent=self.node(parent_id),
             operator=pending.proposal.operator,
-            changes=changes(pending.proposal.hyperparameters, parent, pending.proposal.recipe),
-            code=code_view(proposal, parent, parent_id, self.run_dir),
+            changes=changes(pending.proposal.hyperparameters, parent, pending.proposal.recipe, self.recipes),
+            code=code_view(proposal, parent, parent_id, self.run_dir, self.recipes),
             config_diff=config_diff(pending.proposal.hyperparameters, parent, parent_id),
             estimated_compute_s=estimated_compute_s(
                 proposal, float(trial_seconds) if isinstance(trial_seconds, int | float) else None
@@ -234,8 +238,15 @@ class RunRecords:
             asked_because=asked_because(str(self.config.get("approval") or ""), proposal, threshold),
             history=self.history(),
             failures=[n for n in self.nodes() if n.state == "failed"],
-            fields=field_specs(pending.proposal.recipe, pending.proposal.hyperparameters),
+            fields=field_specs(pending.proposal.recipe, pending.proposal.hyperparameters, self.recipes),
+            notes=[self.recipes.note] if self.recipes.note else [],
         )
+
+    def headline(self, status: str) -> Headline:
+        """What the run achieved: its live (public) figures, and the private half from summary.json once it ended
+        (a summary left by an earlier stop of a run that runs again is not its end)."""
+        ended = status not in ACTIVE or self.state.get("status") in ("finished", "terminated", "failed")
+        return run_headline(self.state, read_json(self.run_dir, "summary.json") if ended else {})
 
     def page(self, summary: RunSummary, mlflow_url: str | None) -> RunPage:
         loop_n = self.config.get("loop_n")
@@ -245,6 +256,8 @@ class RunRecords:
             benchmark=summary.benchmark,
             base_model=summary.base_model,
             stop_reason=self.state.get("stop_reason"),
+            headline=self.headline(summary.status),
+            approval_policy=str(self.config.get("approval") or ""),
             waiting=summary.pending_approvals,
             nodes=self.nodes(),
             scores=self.score_series(),
@@ -272,15 +285,19 @@ class RunRecords:
         parent = self.proposal_of(parent_id)
         files = TrialFiles(self.run_dir, trial_id)
         failures, valid_n = files.failures()
+        log_tail, log_truncated = files.log_tail()
         return TrialDetail(
             run_id=self.run_dir.name,
             trial_id=trial_id,
             node=node,
             proposal=proposal,
-            changes=changes(proposal.get("hyperparameters") or {}, parent, str(proposal.get("recipe") or "")),
-            code=code_view(proposal, parent, parent_id, self.run_dir),
+            changes=changes(
+                proposal.get("hyperparameters") or {}, parent, str(proposal.get("recipe") or ""), self.recipes
+            ),
+            code=code_view(proposal, parent, parent_id, self.run_dir, self.recipes),
             config_diff=config_diff(proposal.get("hyperparameters") or {}, parent, parent_id),
-            log_tail=files.log_tail(),
+            log_tail=log_tail,
+            log_truncated=log_truncated,
             train_metrics=dict(found.get("train_metrics") or {}),
             metric_series=files.metric_series(),
             failures=failures,
@@ -289,7 +306,7 @@ class RunRecords:
             tool_calls=files.tool_calls(),
             approval=found.get("approval"),
             duration_s=float(found.get("duration_s") or 0.0),
-            notes=files.notes,
+            notes=[*files.notes, *([self.recipes.note] if self.recipes.note else [])],
             run_waiting=sorted(self.waiting_ids()),
         )
 

@@ -105,9 +105,20 @@ class RunSummary(BaseModel):
     )
     benchmark: str = ""
     base_model: str = ""
-    baseline: float | None = None
-    best: float | None = None
+    baseline: float | None = Field(default=None, description="The base model's score on the public half.")
+    best: float | None = Field(default=None, description="The best submission's score on the public half.")
     best_trial_id: str | None = None
+    private_baseline: float | None = Field(
+        default=None, description="The base model on the private half, once the run ended."
+    )
+    private_best: float | None = Field(
+        default=None,
+        description="The best (chosen on the public half) on the private half, once the run ended.",
+    )
+    headline: str = Field(
+        default="", description="What the run achieved, both halves named (`rlloop runs` says the same)."
+    )
+    best_checkpoint: str | None = Field(default=None, description="Where the best checkpoint is.")
     submissions: int = 0
     trials: int = 0
     pending_approvals: list[str] = Field(

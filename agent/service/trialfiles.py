@@ -64,8 +64,12 @@ class TrialFiles:
             self.notes.append(f"{'/'.join(parts)}: {exc}")
             return None
 
-    def log_tail(self) -> str:
-        return self.tail("log.txt")
+    def log_tail(self) -> tuple[str, bool]:
+        """(the end of log.txt, whether earlier lines were left out): at most LOG_TAIL_BYTES, from a whole line."""
+        text = self.tail("log.txt", max_bytes=LOG_TAIL_BYTES + 1)
+        if len(text.encode("utf-8", errors="replace")) <= LOG_TAIL_BYTES:
+            return text, False
+        return text.partition("\n")[2], True
 
     def train_py(self) -> str | None:
         return self.text("train.py")

@@ -82,6 +82,7 @@ async function api(method, url, body, {etag = false} = {}) {
 
 function showSignIn(message) {
   me = null;
+  loading("");
   cache.clear();
   $("#signin").hidden = false;
   $("#whoami").hidden = true;
@@ -162,7 +163,29 @@ function wireSignIn(start, onSignOut) {
 const canDecide = () => Boolean(me) && me.role !== "viewer";
 
 function fmt(value, digits = 3) {
+  // A score, a fraction or seconds at a fixed number of decimals (0.580, 97 s).
   return value === null || value === undefined || Number.isNaN(Number(value)) ? "–" : Number(value).toFixed(digits);
+}
+
+function num(value) {
+  // Any other number as a person writes it: an integer whole (209, not 209.000), a small one by its significant
+  // digits (a learning rate of 0.0007, not 0.000), the rest to three decimals at most (0.633).
+  if (value === null || value === undefined || value === "" || Number.isNaN(Number(value))) return "–";
+  const v = Number(value);
+  if (Number.isInteger(v)) return String(v);
+  if (Math.abs(v) < 1) return String(Number(v.toPrecision(3)));
+  return String(Number(v.toFixed(3)));
+}
+
+function loading(text) {
+  // Says that the page waits for the service (and, after a while, that it still does), instead of a blank page.
+  const box = $("#loading");
+  if (!box) return;
+  clearTimeout(box.timer);
+  box.hidden = !text;
+  if (!text) return;
+  box.textContent = text;
+  box.timer = setTimeout(() => { box.textContent = `${text} (still waiting for the service: it is reading the run)`; }, 1500);
 }
 
 function scoreText(scored) {
@@ -209,8 +232,12 @@ function budgetTable(lines) {
   })));
 }
 
-function historyList(entries) {
-  if (!entries || !entries.length) return el("p", {class: "muted history"}, "no decisions yet on this run");
+function historyList(entries, {policy = null, ended = false} = {}) {
+  if (!entries || !entries.length) {
+    const why = policy === "never" ? "none: this run asks no one (approval policy never)"
+      : ended ? "none: no proposal of this run waited for a person" : "no decisions yet on this run";
+    return el("p", {class: "muted history"}, why);
+  }
   return el("ul", {class: "history"}, ...entries.map(d => el("li", {},
     `${d.trial_id}: ${d.action} by ${d.by || "?"}${d.at ? ` at ${d.at}` : ""}`,
     d.reason ? ` — ${d.reason}` : "",
@@ -293,7 +320,7 @@ function approvalCard(item, after) {
   const facts = el("dl", {class: "facts"});
   const fact = (name, cls, ...value) => facts.append(el("dt", {}, name), el("dd", {class: cls}, ...value));
   if (parent) {
-    fact("parent", "parent-scores", `${parent.id === "base" ? "base model" : parent.id} (${parent.state}): valid ${scoreText(parent.valid)} · public ${scoreText(parent.public)}`);
+    fact("parent", "parent-scores", `${parent.id === "base" ? "base model" : parent.id} (${parent.state}): valid split ${scoreText(parent.valid)} · public half ${parent.state === "kept back" ? "not sent (kept back)" : scoreText(parent.public)}`);
     if (parent.note) fact("", "muted", parent.note);
   }
   const usd = ctx.estimated_usd;
@@ -368,14 +395,14 @@ function approvalCard(item, after) {
   return card;
 }
 
-function linePlot(series, {width = 260, height = 90, label = ""} = {}) {
+function linePlot(series, {width = 400, height = 110, label = ""} = {}) {
   // A small line plot of one training metric over steps (loss, reward).
   const xs = series.steps, ys = series.values;
   const pad = 4, xMin = Math.min(...xs), xMax = Math.max(...xs), yMin = Math.min(...ys), yMax = Math.max(...ys);
   const x = v => pad + (xMax === xMin ? 0.5 : (v - xMin) / (xMax - xMin)) * (width - 2 * pad);
-  const y = v => height - pad - (yMax === yMin ? 0.5 : (v - yMin) / (yMax - yMin)) * (height - 2 * pad - 12);
+  const y = v => height - pad - (yMax === yMin ? 0.5 : (v - yMin) / (yMax - yMin)) * (height - 2 * pad - 16);
   const points = xs.map((v, i) => `${x(v).toFixed(1)},${y(ys[i]).toFixed(1)}`).join(" ");
   return svg("svg", {class: "metric", viewBox: `0 0 ${width} ${height}`, role: "img", "aria-label": `${label || series.name} over steps`, "data-metric": series.name},
-    svg("text", {x: pad, y: 11, class: "plot-label"}, `${series.name}: ${fmt(ys[0])} → ${fmt(ys[ys.length - 1])} (step ${xMin}–${xMax})`),
+    svg("text", {x: pad, y: 13, class: "plot-label"}, `${series.name}: ${num(ys[0])} → ${num(ys[ys.length - 1])} (steps ${num(xMin)}–${num(xMax)})`),
     svg("polyline", {points, class: "metric-line"}));
 }

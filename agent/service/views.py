@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 import threading
 from datetime import datetime
 from pathlib import Path
@@ -109,6 +110,7 @@ def run_summary(run_dir: Path, record: WorkerRecord | None, pending: list[str]) 
         return None
     status, failed = derive_status(record, row, _fresh(run_dir, record, pending))
     requested = _requested(run_dir) if row is None else {}
+    headline = row.headline if row else None
     return RunSummary(
         run_id=run_dir.name,
         status=status,
@@ -117,6 +119,10 @@ def run_summary(run_dir: Path, record: WorkerRecord | None, pending: list[str]) 
         baseline=row.baseline if row else None,
         best=row.best if row else None,
         best_trial_id=row.best_trial_id if row else None,
+        private_baseline=headline.private_baseline if headline else None,
+        private_best=headline.private_best if headline else None,
+        headline=headline.text if headline else "",
+        best_checkpoint=headline.best_checkpoint if headline else None,
         submissions=row.submissions if row else 0,
         trials=row.trials if row else 0,
         pending_approvals=pending,
@@ -133,7 +139,8 @@ def trial_view(data: dict[str, Any]) -> TrialView:
 
 
 class MlflowLinks:
-    """Resolves an MLflow parent run id to its UI page (needs the experiment id); cached, never fatal."""
+    """Resolves an MLflow parent run id to its UI page (needs the experiment id); cached, never fatal. A SQLite store
+    is read directly (one indexed row, read-only): importing MLflow to ask it would take seconds of a first page."""
 
     def __init__(self, ui_base: str, artifact_root: Path) -> None:
         self.ui_base = ui_base.rstrip("/")
@@ -145,15 +152,38 @@ class MlflowLinks:
         with self._lock:
             if parent in self._cache:
                 return self._cache[parent]
-        try:
-            from agent.run.tracking import Tracker
+        from agent.run.tracking import run_page_url, sqlite_path
 
-            url = Tracker(tracking_uri, self.artifact_root).run_url(parent, self.ui_base)
+        database = sqlite_path(tracking_uri)
+        try:
+            if database is not None:
+                experiment = experiment_of(database, parent)
+                if experiment is None:
+                    return None
+                url = run_page_url(self.ui_base, experiment, parent)
+            else:
+                from agent.run.tracking import Tracker
+
+                url = Tracker(tracking_uri, self.artifact_root).run_url(parent, self.ui_base)
         except Exception:  # the store is busy or gone: the rest of the page still matters
             return None
         with self._lock:
             self._cache[parent] = url
         return url
+
+
+def experiment_of(database: Path, run_uuid: str) -> str | None:
+    """The experiment id of an MLflow run in a SQLite store, read-only; None when it is not there (yet)."""
+    if not database.is_file():
+        return None
+    conn = sqlite3.connect(f"file:{database}?mode=ro", uri=True, timeout=2.0)
+    try:
+        row = conn.execute("SELECT experiment_id FROM runs WHERE run_uuid = ?", (run_uuid,)).fetchone()
+    except sqlite3.Error:
+        return None
+    finally:
+        conn.close()
+    return str(row[0]) if row else None
 
 
 def run_detail(

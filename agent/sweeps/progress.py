@@ -35,7 +35,10 @@ def sweep_table(home: Path, manifest: Manifest) -> Table:
     counts: dict[str, int] = {}
     for entry in manifest.entries.values():
         counts[entry.status] = counts.get(entry.status, 0) + 1
-    caption = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
+    caption = ", ".join(f"{n} {status}" for status, n in sorted(counts.items())) + (
+        "; baseline and best: a running run's on the public half so far, a finished run's as results.csv reports "
+        "them (the private half when the test set is split)"
+    )
     table = Table(title=f"sweep {manifest.sweep_id}", caption=caption)
     for column in (
         "benchmark",
@@ -70,8 +73,8 @@ def sweep_table(home: Path, manifest: Manifest) -> Table:
             str(c.seed),
             f"[{style}]{escape(status)}[/]",
             "" if trials < 0 else str(trials),
-            _fmt(baseline),
-            _fmt(best),
+            _fmt(baseline) + (" (public)" if trials >= 0 and baseline is not None else ""),
+            _fmt(best) + (" (public)" if trials >= 0 and best is not None else ""),
             str(submissions),
             elapsed,
         )

@@ -208,7 +208,9 @@ def to_markdown(manifest: Manifest, groups: list[GroupRow], plot: Path | None) -
         "",
         f"{finished} of {runs} runs finished. Values are mean ± standard error over seeds; "
         "differences with Welch p > 0.05 (n ≥ 2) or overlapping mean ± 2·SE are marked within noise. "
-        "Agents marked [isolation=none] trained without a sandbox boundary and are kept apart.",
+        "Agents marked [isolation=none] trained without a sandbox boundary and are kept apart. Baseline, best and "
+        "improvement are what results.csv reports: the checkpoint each run chose on the public half, scored on the "
+        "private half it never saw (the whole test set where a run has no split; its `scored_on` says which).",
         "",
         "| benchmark | base model | agent | n | baseline | best | improvement | submissions | time to best (s) "
         "| valid rate | copies | LLM calls | LLM tokens | LLM $ | verdict |",

@@ -99,8 +99,14 @@ def test_a_copy_of_the_reference_is_not_submitted(
     new = validate(
         copy, base_model=tiny_model_dir, samples=arith_samples, benchmark=bench, config=EvalConfig()
     )
-    go, why = should_submit("improved", new, ref, "base model")
-    assert not go and why.startswith("not submitted: valid") and "paired gain low +0.000" in why
+    go, why = should_submit("improved", new, ref, "the base model")
+    # the words say what each test compared: the CI's lower bound against the score, and the paired gain against 0
+    assert not go and why.startswith("not submitted: not better than the base model beyond noise")
+    assert (
+        f"its valid CI's lower bound {new.ci_low:.3f} is not above the base model's valid score {ref.score:.3f}"
+        in why
+    )
+    assert "its gain over the base model may be as low as +0.000 (95% lower bound, not above 0)" in why
     assert should_submit("all", new, ref, "base model")[0]
     assert not should_submit("final", new, ref, "base model")[0]
 
@@ -167,7 +173,9 @@ def test_improved_skips_a_checkpoint_that_is_no_better(
     assert t1["status"] == t2["status"] == "succeeded"
     assert t1["valid_score"] > state["baseline_valid"]["score"] and t1["score"] is not None
     assert t2["valid_score"] == t1["valid_score"] and t2["score"] is None and t2["submission_id"] is None
-    assert t2["submission_note"].startswith("not submitted: valid")
+    assert t2["submission_note"].startswith(
+        "not submitted: not better than t01 beyond noise: its valid CI's lower"
+    )
     assert state["submissions"] == 1 == summary["submissions"] == summary["trials_submitted"]
     assert summary["trials_trained"] == 2 and summary["not_submitted"][0]["trial_id"] == "t02"
     for name in (BASE_ID, "t01", "t02"):

@@ -246,3 +246,48 @@ def _cmdline(pid: int) -> str:
         return Path(f"/proc/{pid}/cmdline").read_text().replace("\0", " ")
     except OSError:
         return ""
+
+
+def test_trial_runs_carry_their_outcome_and_scores_as_results_csv_writes_them(tmp_path: Path) -> None:
+    """The review view's trial rows: the public score of a graded trial, the outcome in the run page's words, and
+    scores to four decimals (a valid score of 19/30 is 0.6333, not 0.6333333333333333); a trial the run's end grades
+    after it was recorded (its best, kept back mid-run) becomes graded with its score."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    tracker = Tracker(uri, tmp_path / "mlartifacts")
+    parent = tracker.start_parent("run-6", "arith", {}, environment={})
+    kept = TrialRecord(
+        trial_id="t01",
+        index=1,
+        proposal=Proposal(hypothesis="h", recipe="sft"),
+        status="succeeded",
+        valid_score=19 / 30,
+        duration_s=1.0,
+    )
+    failed = TrialRecord(
+        trial_id="t02", index=2, proposal=Proposal(hypothesis="h", recipe="sft"), status="failed", error="oom"
+    )
+    child = tracker.log_trial(parent, "run-6", "arith", kept, [])
+    other = tracker.log_trial(parent, "run-6", "arith", failed, [])
+    tracker.log_metrics(parent, {"best_score": 2 / 3, "submission_count": 1}, step=1)
+    client = MlflowClient(tracking_uri=uri)
+    run = client.get_run(child)
+    assert run.data.tags["rlloop.outcome"] == "kept back" and "score" not in run.data.metrics
+    assert run.data.metrics["valid_score"] == 0.6333
+    assert client.get_run(other).data.tags["rlloop.outcome"] == "failed"
+    assert client.get_run(parent).data.metrics == {"best_score": 0.6667, "submission_count": 1.0}
+    graded = kept.model_copy(update={"score": 0.7123456, "submission_id": 1})
+    tracker.mark_graded(parent, "run-6", "arith", graded)
+    run = client.get_run(child)
+    assert run.data.tags["rlloop.outcome"] == "graded" and run.data.metrics["score"] == 0.7123
+
+
+def test_an_older_review_view_is_rewritten_with_the_trial_columns_first(tmp_path: Path) -> None:
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(tracking_uri=uri)
+    old = client.create_experiment("rlloop/arith")
+    view_tag = "mlflow.sharedViewState.rlloop-review"
+    client.set_experiment_tag(old, view_tag, json.dumps({"selectedColumns": ["metrics.`best_score`"]}))
+    assert Tracker(uri, tmp_path / "mlartifacts").experiment_id("arith") == old
+    state = json.loads(client.get_experiment(old).tags[view_tag])
+    assert state["selectedColumns"][:2] == ["tags.`rlloop.outcome`", "metrics.`score`"]
+    assert state["columnOrder"][2:4] == ["tags.`rlloop.outcome`", "metrics.`score`"]  # after name and date

@@ -196,20 +196,34 @@ def test_a_fresh_service_signs_in_with_the_admin_token_it_made(home: Path) -> No
     token_file = home / ADMIN_TOKEN_FILE_NAME
     with running_service(home, anonymous=True) as client:
         refused = client.get("/runs")
-        assert refused.status_code == 401 and str(token_file) in refused.json()["detail"]
+        # where to look, in words: the file's name in the service's home, never this machine's paths
+        assert (
+            refused.status_code == 401
+            and f"RLLOOP_HOME as {ADMIN_TOKEN_FILE_NAME}" in refused.json()["detail"]
+        )
         assert "/#token=" in refused.json()["detail"]  # says how to sign the page in
         cancel = client.post("/runs/nope/cancel")
-        assert cancel.status_code == 401 and str(token_file) in cancel.json()["detail"]
+        assert cancel.status_code == 401 and ADMIN_TOKEN_FILE_NAME in cancel.json()["detail"]
+        for answer in (refused, cancel, client.get("/health")):
+            assert str(home) not in answer.text and str(home.resolve()) not in answer.text, answer.text
         assert client.post("/approvals/r1/t01", json={"action": "approve"}).status_code == 401
         assert read_decision(home / "runs" / "r1", "t01") is None
         health = client.get("/health").json()
-        assert health["auth"] == "token" and health["admin_token_file"] == str(token_file)
+        assert health == {
+            "status": "ok",
+            "running": 0,
+            "auth": "token",
+            "admin_token_file": f"RLLOOP_HOME/{ADMIN_TOKEN_FILE_NAME}",
+        }
 
         assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
         token = token_file.read_text().strip()
         assert re.fullmatch(r"rll_[A-Za-z0-9_-]{43}", token)
         me = client.get("/auth/me", headers=_auth(token)).json()
         assert me == {"user": "admin", "role": "admin", "auth_required": True}
+        signed_in = client.get("/health", headers=_auth(token)).json()  # an admin is told the paths
+        assert signed_in["admin_token_file"] == str(token_file.resolve())
+        assert signed_in["home"] == str(home.resolve())
         assert client.post("/runs/nope/cancel", headers=_auth(token)).status_code == 404  # admin: reaches it
         decided = client.post("/approvals/r1/t01", json={"action": "approve"}, headers=_auth(token))
         assert decided.status_code == 200 and decided.json()["decision"]["by"] == "admin"
@@ -372,7 +386,8 @@ def test_serve_prints_the_sign_in_link_or_says_loudly_that_it_is_open(tmp_path: 
         assert printed.count(link.group(2)) == 1  # printed once
         base = f"http://127.0.0.1:{port}"
         refused = httpx.get(f"{base}/runs")
-        assert refused.status_code == 401 and str(token_file.resolve()) in refused.json()["detail"]
+        assert refused.status_code == 401 and str(home.resolve()) not in refused.text
+        assert ADMIN_TOKEN_FILE_NAME in refused.json()["detail"]  # the start's output says where it is
         assert httpx.get(f"{base}/auth/me", headers=_auth(link.group(2))).json()["role"] == "admin"
     finally:
         _stop(proc)

@@ -25,14 +25,18 @@ skip_without_chromium()
 pytestmark = pytest.mark.slow
 
 RUN = "landing-1"
-SWITCH = "mlflow.workflowType_v1"  # where MLflow 3.17 keeps a browser's GenAI / Model training switch
+SWITCH = "mlflow.workflowType_v1"
+EXPANDER = "button[data-component-id*='runnamecellrenderer']"  # the ⊞ before a parent run's name  # where MLflow 3.17 keeps a browser's GenAI / Model training switch
 # the sort headers MLflow's runs table draws for the review view's columns (what a reviewer compares)
 COLUMNS = (
+    "rlloop.outcome",
+    "score",
+    "valid_score",
     "baseline_score",
     "best_score",
     "improvement",
     "submission_count",
-    "valid_score",
+    "private_best_score",
     "recipe",
     "rlloop.isolation",
 )
@@ -74,6 +78,16 @@ def _write_run(home: Path) -> tuple[str, str]:
         scores = {"score": score, "best_score": best, "submission_count": step, "improvement": best - 0.25}
         tracker.log_metrics(parent, scores, step=step)
         tracker.log_metrics(parent, {"valid_score": score - 0.01}, step=step)
+    kept = TrialRecord(  # trained, not better beyond noise: not sent to the grader
+        trial_id="t04",
+        index=4,
+        proposal=Proposal(hypothesis="a copy of t02", recipe="sft"),
+        status="succeeded",
+        valid_score=2 / 3,  # 0.6666666666666666 in the store unless rounded
+        duration_s=2.0,
+    )
+    tracker.log_trial(parent, RUN, "arith", kept, [])
+    tracker.log_metrics(parent, {"private_best_score": 0.48, "private_baseline_score": 0.22}, step=3)
     tracker.set_tags(parent, {"rlloop.isolation": "process", "rlloop.status": "finished"})
     tracker.finish(parent, True)
     experiment_id = tracker.experiment_id("arith")
@@ -163,6 +177,39 @@ def test_the_links_rlloop_hands_out_land_on_the_training_runs_with_the_reviewers
         assert "Tool calls" not in text and "Token Usage" not in text  # not the GenAI overview
         assert b.eval("document.querySelector('input[name=runs-view-mode][value=TABLE]').checked")
         b.screenshot(tmp_path / "mlflow-runs.png", 1400)
+
+
+def test_the_bare_address_lands_on_the_training_runs_with_each_trials_score_and_outcome(
+    store: Store, tmp_path: Path
+) -> None:
+    """`rlloop ui`'s own address, typed or bookmarked, opens the newest rlloop experiment's training runs in the review
+    view (not MLflow's welcome page); each trial row carries its public score and whether it was graded or kept back,
+    its valid score rounded as results.csv writes it. An address with a route (MLflow's experiments list) stays."""
+    (tmp_path / "root").mkdir()
+    (tmp_path / "routed").mkdir()
+    with chromium(tmp_path / "root") as b:
+        _fresh(b, store.ui)
+        b.wait(f"document.body.innerText.includes({RUN!r})", 90)
+        hash_ = b.eval("location.hash")
+        assert (
+            f"/experiments/{store.experiment_id}/runs?" in hash_
+            and "viewStateShareKey=rlloop-review" in hash_
+        )
+        assert set(COLUMNS) <= set(_headers(b)), _headers(b)
+        b.click(EXPANDER)  # MLflow shows a run's nested trial runs once its row is opened
+        b.wait("document.body.innerText.includes('kept back')", 60)
+        rows = b.eval(
+            "[...document.querySelectorAll('.ag-center-cols-container .ag-row, .ag-pinned-left-cols-container .ag-row')]"
+            ".map(r => r.innerText.replace(/\\s+/g, ' '))"
+        )
+        text = b.eval("document.body.innerText")
+        assert "graded" in text and "kept back" in text, rows
+        assert "0.6667" in text and "0.66666" not in text  # valid_score as results.csv writes it
+        b.screenshot(tmp_path / "mlflow-root.png", 1400)
+    with chromium(tmp_path / "routed") as b:
+        _fresh(b, f"{store.ui}/#/experiments")
+        b.wait(f"document.querySelector(\"a[href*='/experiments/{store.experiment_id}']\") !== null", 90)
+        assert "/runs" not in b.eval("location.hash")
 
 
 def test_the_score_plot_is_one_click_from_the_landing_and_one_link_from_the_run_page(

@@ -13,6 +13,8 @@ import json
 import os
 import shutil
 import struct
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +22,7 @@ from typing import Any
 import httpx
 import pytest
 
+from agent.run.results import read_results
 from tests.agent.service.browser import DevTools, chromium, skip_without_chromium
 from tests.agent.service.support import (
     add_users,
@@ -277,7 +280,7 @@ def test_the_trial_view_shows_its_proposal_log_and_curves(shared: Shared) -> Non
         label = b.eval(
             "document.querySelector('#trial-view svg.metric[data-metric=\"loss\"] .plot-label').textContent"
         )
-        assert label.startswith("loss: ") and f"(step {losses[0][0]}" in label, label
+        assert label.startswith("loss: ") and f"(steps {losses[0][0]}" in label, label
         points = b.eval(
             "document.querySelector('#trial-view svg.metric[data-metric=\"loss\"] polyline')"
             ".getAttribute('points').trim().split(' ').length"
@@ -285,6 +288,152 @@ def test_the_trial_view_shows_its_proposal_log_and_curves(shared: Shared) -> Non
         assert points == len(losses)  # one point per logged step
     b.screenshot(shared.out / "trial-view-1280.png", 1280)
     assert b.eval("document.documentElement.scrollWidth <= window.innerWidth + 1")  # long digests wrap
+
+
+def test_the_ended_run_says_what_it_achieved_in_words_on_both_halves(shared: Shared) -> None:
+    """The run ended (a reviewer terminated it above): the page's headline, `rlloop runs`, summary.json and
+    results.csv say the same figures, each half named; the plot's red points are labelled the private half."""
+    run_dir = shared.home / "runs" / RUN
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["headline"].startswith("public half: ") and "; private half: " in summary["headline"]
+    assert summary["scored_on"] == "private"  # baseline and best_score are the private half's, and say so
+    (row,) = [r for r in read_results(shared.home / "results.csv") if r["run_id"] == RUN]
+    grader = summary["grader"]
+    assert (row["scored_on"], row["public_baseline"]) == ("private", f"{grader['baseline_score']:.4f}")
+    assert row["baseline"] == f"{grader['baseline_private_score']:.4f}"
+    listed = subprocess.run(
+        [sys.executable, "-m", "agent.cli", "runs", "--home", str(shared.home)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "COLUMNS": "250"},
+        timeout=120,
+    )
+    assert f"{RUN}: {summary['headline']}" in listed.stdout, listed.stdout
+    assert "public half" in listed.stdout and "private half" in listed.stdout  # the table's columns
+    (run,) = [r for r in shared.client.get("/runs").json() if r["run_id"] == RUN]
+    assert (
+        run["headline"] == summary["headline"] and run["private_baseline"] == grader["baseline_private_score"]
+    )
+
+    shared.sign_in("val")
+    b = shared.browser
+    b.wait(f"document.querySelector('#headline').textContent === {json.dumps(summary['headline'])}")
+    if summary.get("best_checkpoint"):
+        assert summary["best_checkpoint"]["path"] in b.eval(
+            "document.querySelector('#best-checkpoint').textContent"
+        )
+    assert b.eval("document.querySelectorAll('#score-plot .private-point').length") >= 1
+    assert "private half" in b.eval("document.querySelector('#score-plot .plot-legend').textContent")
+    assert "the private half, which the run never saw" in b.eval(
+        "document.querySelector('#plot-note').textContent"
+    )
+    assert "public half" in b.eval("document.querySelector('#trials').closest('table').tHead.innerText")
+    assert b.eval("document.body.innerText.toLowerCase().split('signed in as').length - 1") == 1  # once
+    b.wait(
+        "!['queued', 'running'].includes(document.querySelector('#run-status').textContent)", 120
+    )  # worker gone
+    b.screenshot(shared.out / "run-page-ended-1280.png", 1280)
+    if os.environ.get("RLLOOP_DOCS_SCREENSHOTS"):
+        shutil.copy(shared.out / "run-page-ended-1280.png", DOCS / "run_page_ended.png")
+
+
+def test_the_page_is_legible_and_says_it_loads(shared: Shared) -> None:
+    """What a person meets first: a page that says it loads before its data comes, tree labels at a readable size
+    (never shrunk to fit), badges on one line at a phone's width, numbers as a person writes them, and a finished
+    run without decisions saying why it has none."""
+    page = httpx.get(shared.url, headers={"Accept": "text/html"})
+    loading = page.text.split('id="loading"', 1)[1].split(">", 1)[0]
+    assert "hidden" not in loading and "Loading the run" in page.text  # shown before any script runs
+    shared.sign_in("val")
+    b = shared.browser
+    assert b.eval("document.querySelector('#loading').hidden") is True  # gone once the run is drawn
+    b.call("Emulation.setDeviceMetricsOverride", width=1280, height=900, deviceScaleFactor=1, mobile=False)
+    smallest = b.eval(
+        "(() => { const s = document.querySelector('#tree-svg'), k = s.getBoundingClientRect().width"
+        " / s.viewBox.baseVal.width; return Math.min(...[...s.querySelectorAll('text')]"
+        ".map(t => parseFloat(getComputedStyle(t).fontSize) * k)); })()"
+    )
+    assert smallest >= 11, smallest  # px on screen
+    for width in (1280, 390):
+        b.call(
+            "Emulation.setDeviceMetricsOverride",
+            width=width,
+            height=900,
+            deviceScaleFactor=1,
+            mobile=width < 600,
+        )
+        wrapped = b.eval(
+            "[...document.querySelectorAll('.badge')].filter(e => e.getClientRects().length > 1"
+            " || e.getBoundingClientRect().height > 1.8 * parseFloat(getComputedStyle(e).fontSize))"
+            ".map(e => e.textContent)"
+        )
+        assert wrapped == [], (width, wrapped)
+    b.call("Emulation.clearDeviceMetricsOverride")
+    formatted = b.eval(
+        "[num(0.0007), num(0.000343), num(209), num(209.0), num(0.6333333), num(12.34567), fmt(0.58)]"
+    )
+    assert formatted == ["0.0007", "0.000343", "209", "209", "0.633", "12.346", "0.580"]
+    never = "historyList([], {policy: 'never', ended: true}).textContent"
+    assert b.eval(never) == "none: this run asks no one (approval policy never)"
+    assert b.eval("historyList([], {policy: 'always', ended: true}).textContent").startswith(
+        "none: no proposal"
+    )
+
+
+def test_the_trial_page_shows_the_end_of_its_log_wrapped(shared: Shared) -> None:
+    """The log box opens on the log's end (the lines that say how the trial finished), long lines wrapped inside it;
+    training figures are printed as numbers are written (steps 2, not 2.000)."""
+    b = shared.browser
+    if os.environ.get("RLLOOP_DOCS_SCREENSHOTS"):  # the graded trial, as the run left it
+        b.call("Page.navigate", url=f"{shared.url}/trials/t02")
+        b.wait("document.body.dataset.loaded === 'true' && !document.querySelector('#trial-view').hidden")
+        shutil.copy(b.screenshot(shared.out / "trial-t02-1280.png", 1280), DOCS / "trial_page.png")
+    log = shared.home / "runs" / RUN / "trials" / "t01" / "log.txt"
+    long_line = "[trainers] " + "x" * 600
+    with log.open("a") as handle:  # a long log, a very long line, and a last line to find
+        handle.writelines(f"[trainers] step {i} loss 0.5\n" for i in range(1000))  # past the 16 KiB shown
+        handle.write(long_line + "\n[trainers] the very last line\n")
+    b.call("Page.navigate", url=f"{shared.url}/trials/t01")
+    b.wait("document.body.dataset.loaded === 'true' && !document.querySelector('#trial-view').hidden")
+    box = "document.querySelector('#trial-log')"
+    b.wait(f"{box}.textContent.includes('the very last line')")
+    assert b.eval(f"{box}.scrollHeight > {box}.clientHeight")  # it scrolls ...
+    assert b.eval(
+        f"{box}.scrollTop + {box}.clientHeight >= {box}.scrollHeight - 2"
+    )  # ... and opens at its end
+    assert b.eval(f"{box}.scrollWidth <= {box}.clientWidth + 1")  # long lines wrap, none runs off the right
+    assert "earlier lines left out" in b.eval("document.querySelector('#trial-log-note').textContent")
+    assert not b.eval(f"{box}.textContent").startswith("x")  # it starts at a whole line
+    metrics = b.eval("document.querySelector('#trial-metrics p').textContent")
+    if "steps" in metrics:
+        assert ".000" not in metrics.split("steps ", 1)[1].split(" ")[0], metrics
+    b.screenshot(shared.out / "trial-page-1280.png", 1280)
+
+
+def test_a_fresh_service_draws_every_page_without_importing_a_trainer(shared: Shared) -> None:
+    """A new service process over this home draws the real run's pages (the run page, each trial's, the lists) and
+    imports none of torch, transformers, TRL or datasets to do it (the run wrote its recipes.json)."""
+    assert (shared.home / "runs" / RUN / "recipes.json").is_file()
+    trials = sorted(p.name for p in (shared.home / "runs" / RUN / "trials").iterdir() if p.name != "base")
+    script = (
+        "import json, sys\n"
+        "from pathlib import Path\n"
+        "from fastapi.testclient import TestClient\n"
+        "from agent.service import ServiceSettings, create_app\n"
+        f"app = create_app(ServiceSettings(home=Path({str(shared.home)!r})))\n"
+        "client = TestClient(app)  # no lifespan: no worker supervisor in this second service\n"
+        f"client.headers['Authorization'] = 'Bearer {shared.tokens['root']}'\n"
+        f"urls = ['/runs', '/approvals', '/runs/{RUN}', '/runs/{RUN}/view']"
+        f" + ['/runs/{RUN}/trials/' + t for t in {trials!r}]\n"
+        "codes = {u: client.get(u).status_code for u in urls}\n"
+        "heavy = [m for m in ('torch', 'transformers', 'trl', 'datasets') if m in sys.modules]\n"
+        "print(json.dumps({'codes': codes, 'heavy': heavy}))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert set(found["codes"].values()) == {200}, found["codes"]
+    assert found["heavy"] == [], f"drawing the pages imported {found['heavy']}"
 
 
 def test_the_mlflow_link_opens_the_training_runs_for_a_fresh_browser(shared: Shared) -> None:

@@ -1,5 +1,6 @@
 """The run page's API over real HTTP, without a model: who may read it, ETags, the approval card's context, edits
-checked against the recipe's schema, and a trial folder that lies (links to files it must not show).
+checked against the recipe's schema, a trial folder that lies (links to files it must not show), and pages drawn
+without importing a trainer.
 
 Proposals are published with agent.loop.approvals.publish_pending, as a waiting run does; the real run is in
 test_run_page.py (slow).
@@ -9,6 +10,10 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
+import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -16,10 +21,19 @@ import pytest
 from agent.loop.approvals import publish_pending, read_decision
 from agent.proposers.base import Proposal, TrialRecord
 from tests.agent.service.support import add_users, running_service
+from trainers.catalog import CATALOG_NAME, describe_recipes
+
+HEAVY = ("torch", "transformers", "trl", "datasets")
+
+
+@pytest.fixture(scope="module")
+def catalog_json() -> str:
+    """The recipes as a run describes them when it starts (its run_dir/recipes.json)."""
+    return describe_recipes().model_dump_json()
 
 
 @pytest.fixture
-def home(tmp_path: Path) -> Path:
+def home(tmp_path: Path, catalog_json: str) -> Path:
     home = tmp_path / "home"
     run_dir = home / "runs" / "web-run"
     proposal = Proposal(
@@ -33,6 +47,7 @@ def home(tmp_path: Path) -> Path:
             {"benchmark": "arith", "base_model": "tiny-arith", "approval": "always,budget", "loop_n": 2}
         )
     )
+    (run_dir / CATALOG_NAME).write_text(catalog_json)
     return home
 
 
@@ -87,6 +102,15 @@ def test_an_edit_is_checked_against_the_recipe_schema(home: Path) -> None:
         bad = client.post("/approvals/web-run/t01", json={"action": "edit", "set": {"max_steps": "many"}})
         assert bad.status_code == 422 and "max_steps" in bad.text
         assert read_decision(run_dir, "t01") is None
+        for edit, words in (
+            ({"max_length": 0}, "max_length: above 0 is needed, got 0"),
+            ({"lr": 1e-4}, "lr: sft has no such hyperparameter"),
+            ({"output_dir": "/etc"}, "output_dir: set by the loop, not by a proposal"),
+            ({"lr_scheduler_type": "sawtooth"}, "lr_scheduler_type: one of 'linear'"),
+        ):
+            refused = client.post("/approvals/web-run/t01", json={"action": "edit", "set": edit})
+            assert refused.status_code == 422 and words in refused.text, refused.text
+        assert read_decision(run_dir, "t01") is None
         good = client.post("/approvals/web-run/t01", json={"action": "edit", "set": {"max_steps": 7}})
         assert good.status_code == 200, good.text
         decision = read_decision(run_dir, "t01")
@@ -110,3 +134,64 @@ def test_the_trial_view_never_follows_a_link_the_trial_left(home: Path, tmp_path
         assert any("log.txt" in note for note in body["notes"])
         assert any("validation.json" in note for note in body["notes"])
         assert client.get("/runs/web-run/trials/t09").status_code == 404
+
+
+def test_a_run_without_its_recipe_catalog_says_so_until_the_service_has_read_the_recipes(home: Path) -> None:
+    """A run from before runs wrote recipes.json: its card answers at once, saying the recipes are being read, and
+    shows the recipe's defaults, code and form once a child process has described them (never this process)."""
+    (home / "runs" / "web-run" / CATALOG_NAME).unlink()
+    with running_service(home) as client:
+        (item,) = client.get("/approvals").json()
+        first = item["context"]
+        if first["notes"]:  # the service's own catalog is not ready yet: the card says why it is thin
+            assert "being read" in first["notes"][0] and first["code"]["code"] == ""
+            assert {f["type"] for f in first["fields"]} == {"json"}  # the proposal's own values, as JSON
+        deadline = time.monotonic() + 300
+        context = first
+        while context["notes"] and time.monotonic() < deadline:  # the page polls the same way
+            time.sleep(0.5)
+            context = client.get("/approvals").json()[0]["context"]
+        assert not context["notes"], context["notes"]
+        changed = {c["name"]: c for c in context["changes"]}
+        assert changed["learning_rate"]["replaced"] == 0.001 and "def " in context["code"]["code"]
+
+
+def test_drawing_every_page_imports_no_trainer_into_the_service(home: Path, tmp_path: Path) -> None:
+    """The service's process after it answered every page (the run page, a trial's, the approval card with its
+    recipe diff and form, the lists, the health check): none of torch, transformers, TRL or datasets in sys.modules.
+    Importing them is what kept a fresh service's first pages waiting for seconds."""
+    trial_dir = home / "runs" / "web-run" / "trials" / "t01"
+    trial_dir.mkdir(parents=True)
+    (trial_dir / "log.txt").write_text("[trainers] step 1/2 loss 1.0\n")
+    script = textwrap.dedent(
+        f"""
+        import json, sys
+        from pathlib import Path
+        from fastapi.testclient import TestClient
+        from agent.service import ServiceSettings, create_app
+
+        app = create_app(ServiceSettings(home=Path({str(home)!r})))
+        html = {{"Accept": "text/html"}}
+        with TestClient(app) as client:
+            client.headers["Authorization"] = f"Bearer {{app.state.admin_token}}"
+            answers = {{}}
+            for url, headers in [
+                ("/", html), ("/runs/web-run", html), ("/runs/web-run/trials/t01", html), ("/health", {{}}),
+                ("/auth/me", {{}}), ("/runs", {{}}), ("/runs/web-run", {{}}), ("/runs/web-run/view", {{}}),
+                ("/runs/web-run/trials/t01", {{}}), ("/approvals", {{}}),
+            ]:
+                answers[url + (" (page)" if headers else "")] = client.get(url, headers=headers).status_code
+            context = client.get("/approvals").json()[0]["context"]
+        print(json.dumps({{
+            "answers": answers,
+            "fields": len(context["fields"]),
+            "loaded": [name for name in {HEAVY!r} if name in sys.modules],
+        }}))
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert set(found["answers"].values()) == {200}, found["answers"]
+    assert found["fields"] > 5  # the edit form was drawn from the recipe's schema
+    assert found["loaded"] == [], f"the service imported {found['loaded']} to draw its pages"

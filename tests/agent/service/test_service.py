@@ -157,6 +157,13 @@ def test_approvals_api_writes_the_decision_files(home: Path) -> None:
         assert edited is not None and edited.set == {"learning_rate": 5e-4, "max_steps": 20}
         assert edited.train_py == "print(1)"
 
+        broken = client.post(  # a body that is not JSON at all: 400, said plainly (a wrong field stays 422)
+            "/approvals/review-1/t03",
+            content=b'{"action": "rej',
+            headers={"Content-Type": "application/json"},
+        )
+        assert broken.status_code == 400 and "the request body is not valid JSON" in broken.json()["detail"]
+        assert read_decision(run_dir, "t03") is None
         missing_reason = client.post("/approvals/review-1/t03", json={"action": "reject"})
         assert missing_reason.status_code == 422 and "needs a reason" in missing_reason.text
         assert read_decision(run_dir, "t03") is None
