@@ -217,6 +217,11 @@ class TrialDetail(BaseModel):
     tool_calls: list[dict[str, Any]] = Field(default_factory=list)
     approval: dict[str, Any] | None = None
     duration_s: float = 0.0
+    wall_s: float = Field(
+        default=0.0,
+        description="What the trial cost: its sandbox and its validation (what the budget counts).",
+    )
+    train_s: float | None = Field(default=None, description="Of which training, as the trainer reported it.")
     notes: list[str] = Field(default_factory=list, description="Files that could not be read, and why.")
     run_waiting: list[str] = Field(
         default_factory=list, description="The run's proposals waiting for a person."

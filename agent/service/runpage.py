@@ -306,6 +306,9 @@ class RunRecords:
             tool_calls=files.tool_calls(),
             approval=found.get("approval"),
             duration_s=float(found.get("duration_s") or 0.0),
+            wall_s=float(found.get("wall_s") or 0.0)
+            or float(found.get("duration_s") or 0.0) + float(found.get("validation_s") or 0.0),
+            train_s=_train_seconds(found),
             notes=[*files.notes, *([self.recipes.note] if self.recipes.note else [])],
             run_waiting=sorted(self.waiting_ids()),
         )
@@ -358,3 +361,9 @@ def etag_of(body: Any) -> str:
 
     text = json.dumps(body, sort_keys=True, default=str)
     return 'W/"' + hashlib.sha256(text.encode()).hexdigest()[:32] + '"'
+
+
+def _train_seconds(trial: dict[str, Any]) -> float | None:
+    """A trial's training seconds, as its trainer reported them (None: it reported none)."""
+    value = (trial.get("train_metrics") or {}).get("train_seconds")
+    return float(value) if isinstance(value, int | float) else None
