@@ -42,6 +42,7 @@ TRAIN_ENV = {
 
 
 METRICS_CAP = 1024 * 1024  # a trial's metrics.json: what the host reads of it at most
+MAX_RESERVED_SHARE = 0.3  # of a time-boxed trial's max_seconds, kept back for its validation at most
 
 
 class TrialSetupError(ValueError):
@@ -147,8 +148,11 @@ def recipe_config(
         "benchmark": benchmark,
         **(prompting or {}),  # the run's prompt format: trials train on the prompts the grader scores
     }
-    if proposal.hyperparameters.get("max_seconds") is not None and reserved_seconds > 0:
-        config["reserved_seconds"] = round(reserved_seconds, 2)
+    seconds = proposal.hyperparameters.get("max_seconds")
+    if isinstance(seconds, int | float) and reserved_seconds > 0:
+        # never so much that the trial cannot train: a short trial after a slow validation overruns its budget a
+        # little (its wall seconds count all of it) rather than failing
+        config["reserved_seconds"] = round(min(reserved_seconds, MAX_RESERVED_SHARE * float(seconds)), 2)
     try:
         validated = recipe.config_class.model_validate(config)
     except ValidationError as exc:

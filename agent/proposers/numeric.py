@@ -99,10 +99,13 @@ class NumericProposer(ProposerBase):
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         storage = f"sqlite:///{self.storage}" if self.storage is not None else None
+        # a sampler is made afresh for every proposal (the study is what persists): seeded by the run's seed and
+        # how far the study is, so each draw differs and a resumed run draws what it would have
+        done = len(context.trials)
         study = optuna.create_study(
             study_name=STUDY,
             storage=storage,
-            sampler=sampler(self.kind, context.seed),
+            sampler=sampler(self.kind, context.seed * 1000 + done),
             direction="maximize",
             load_if_exists=True,
         )

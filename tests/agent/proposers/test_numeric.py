@@ -60,6 +60,8 @@ def test_the_study_is_told_every_trial_and_resumes_from_the_run_folder(tmp_path:
         assert proposal.init_from is None or proposal.init_from in {t.trial_id for t in trials}
         score = None if index == 3 else 0.1 + 0.05 * index  # t03 fails
         trials.append(_record(index, proposal, score))
+    drawn = {(t.proposal.recipe, t.proposal.hyperparameters["learning_rate"]) for t in trials}
+    assert len(drawn) >= 4  # a sampler made afresh each time still draws something new each time
     proposer = NumericProposer(kind)
     proposer.attach_run(_run(tmp_path), "t07")
     again = proposer.propose(_context(trials))
