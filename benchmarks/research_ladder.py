@@ -17,7 +17,8 @@ same total (`--max-compute-s`, the rung's trials x trial seconds):
   constant rate, the better half continued with their optimizer, the last line cooled down with every second left;
 - optuna: Optuna's TPE over recipe, start, learning rate and schedule (agent.proposers.numeric), on the same compute
   cut into twice the trials, half as long (a numeric optimizer needs trials to act); cmaes (not in the default set):
-  the same with CMA-ES;
+  the same with CMA-ES; tree-optuna (not in the default set): the tree's moves with Optuna's numbers for its drafts
+  and ablations (a study per recipe);
 - memory: (f, not in the default set) the tree with `--memory`, run after a first tree run with `--memory` (another
   seed, its own RLLOOP_HOME per seed so that seeds do not share lessons): the measured run starts from the first
   run's lessons. The first run's compute is reported beside it, not counted in it (the question is whether a second
@@ -60,11 +61,11 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-POLICIES = ("once", "seeds", "random", "greedy", "tree", "halving", "optuna", "cmaes", "memory")
+POLICIES = ("once", "seeds", "random", "greedy", "tree", "halving", "optuna", "tree-optuna", "cmaes", "memory")
 DEFAULT_POLICIES = ("once", "seeds", "random", "greedy", "tree", "halving", "optuna")
 PROPOSER = {
     "once": "fixed", "seeds": "fixed", "random": "random", "greedy": "greedy", "tree": "tree", "memory": "tree",
-    "halving": "halving", "optuna": "optuna", "cmaes": "cmaes",
+    "halving": "halving", "optuna": "optuna", "cmaes": "cmaes", "tree-optuna": "tree-optuna",
 }  # fmt: skip
 # Optuna's samplers act only past their random start-up: they get the same compute cut into this many times the
 # trials, each that much shorter

@@ -38,6 +38,13 @@ def _tree(config: RunConfig, budget: Budget, name: str = "tree") -> Proposes:
     return TreeProposer(max_steps=config.trial_steps, name=name)
 
 
+def _tree_optuna(config: RunConfig, budget: Budget) -> Proposes:
+    from agent.proposers.numeric import NumericHalf
+    from agent.proposers.tree import TreeProposer
+
+    return TreeProposer(max_steps=config.trial_steps, name="tree-optuna", numeric=NumericHalf("tpe"))
+
+
 def _random(config: RunConfig, budget: Budget) -> Proposes:
     from agent.proposers.random_search import RandomProposer
 
@@ -84,6 +91,7 @@ def _register_builtins() -> None:
     PROPOSERS.register("builtin", _builtin)
     PROPOSERS.register("greedy", _greedy)
     PROPOSERS.register("tree", _tree)
+    PROPOSERS.register("tree-optuna", _tree_optuna)
     PROPOSERS.register("random", _random)
     PROPOSERS.register("halving", _halving)
     PROPOSERS.register("optuna", _optuna)

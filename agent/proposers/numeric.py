@@ -35,17 +35,26 @@ SCHEDULES = ("linear", "cosine", "constant")
 COOLDOWN = 0.3  # "constant" here is warm-up, stable and a cool-down over the trial's last 30%
 
 
-def distributions(recipes: list[str]) -> dict[str, Any]:
-    """The space, as Optuna distributions (one set for every trial: its samplers see a fixed space)."""
+def number_distributions() -> dict[str, Any]:
+    """A trial's numbers: its rate as a factor of the recipe's default, its schedule and warm-up."""
     import optuna
 
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
     return {
-        "recipe": optuna.distributions.CategoricalDistribution(list(recipes)),
-        "start": optuna.distributions.CategoricalDistribution(["base", "best"]),
         "log_lr_factor": optuna.distributions.FloatDistribution(*LOG_FACTOR),
         "schedule": optuna.distributions.CategoricalDistribution(list(SCHEDULES)),
         "warmup_ratio": optuna.distributions.FloatDistribution(0.0, 0.2),
+    }
+
+
+def distributions(recipes: list[str]) -> dict[str, Any]:
+    """The whole space, as Optuna distributions (one set for every trial: its samplers see a fixed space)."""
+    import optuna
+
+    return {
+        "recipe": optuna.distributions.CategoricalDistribution(list(recipes)),
+        "start": optuna.distributions.CategoricalDistribution(["base", "best"]),
+        **number_distributions(),
     }
 
 
@@ -158,6 +167,47 @@ class NumericProposer(ProposerBase):
             operator="draft" if start is None else "improve",
             estimated_cost_s=seconds,
         )
+
+
+class NumericHalf:
+    """The numbers of another policy's moves (`TreeProposer(numeric=...)`): the policy picks recipe, start and
+    operator, Optuna picks the rate, schedule and warm-up, one study per recipe in the run's folder."""
+
+    def __init__(self, kind: str = "tpe") -> None:
+        self.kind = kind
+        self.storage: Path | None = None
+
+    def attach(self, run_dir: Path) -> None:
+        self.storage = run_dir / STORAGE_FILE
+
+    def suggest(self, context: ProposalContext, recipe: str) -> dict[str, Any]:
+        """Config fields for the next trial of `recipe` (its rate, schedule, warm-up), asked of the recipe's study
+        once the recipe's recorded trials are told."""
+        import optuna
+
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        storage = f"sqlite:///{self.storage}" if self.storage is not None else None
+        study = optuna.create_study(
+            study_name=f"numbers-{recipe}",
+            storage=storage,
+            sampler=sampler(self.kind, context.seed * 1000 + len(context.trials)),
+            direction="maximize",
+            load_if_exists=True,
+        )
+        tell(study, context.trials)
+        trial_id = f"t{len(context.trials) + 1:02d}"
+        pending = [
+            t
+            for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
+            if t.user_attrs.get(RLLOOP_TRIAL) == trial_id
+        ]
+        if pending:
+            params = dict(pending[0].params)
+        else:
+            asked = study.ask(number_distributions())
+            asked.set_user_attr(RLLOOP_TRIAL, trial_id)
+            params = dict(asked.params)
+        return hyperparameters({"recipe": recipe, **params})
 
 
 def tell(study: optuna.Study, trials: list[TrialRecord]) -> None:

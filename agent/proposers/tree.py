@@ -40,6 +40,7 @@ from agent.proposers.base import (
     TrialRecord,
 )
 from agent.proposers.builtin import DEFAULT_LR, RL_CYCLE, trial_budget, value
+from agent.proposers.numeric import NumericHalf
 
 K_CHILDREN = 3  # scored children without gain beyond noise that close a node
 UCB_C = 0.05  # weight of the visit bonus, in score units
@@ -213,10 +214,17 @@ class TreeProposer(ProposerBase):
     name = "tree"
 
     def __init__(
-        self, max_steps: int | None = None, k: int = K_CHILDREN, c: float = UCB_C, name: str = "tree"
+        self,
+        max_steps: int | None = None,
+        k: int = K_CHILDREN,
+        c: float = UCB_C,
+        name: str = "tree",
+        numeric: NumericHalf | None = None,
     ) -> None:
         self.max_steps = max_steps
         self.k, self.c, self.name = k, c, name
+        # with a numeric half: a draft's or an ablation's numbers (rate, schedule, warm-up) come from Optuna
+        self.numeric = numeric
         # with --memory: the best first move of earlier runs, and the rate step their lines gained most with
         self.remembered: tuple[str, dict[str, Any]] | None = None
         self.remembered_step: float | None = None
@@ -225,6 +233,8 @@ class TreeProposer(ProposerBase):
         """Called by the loop before each proposal: with `--memory`, the best remembered first move of earlier
         runs on this benchmark and base model (agent.proposers.memory) becomes this run's first draft, and the
         learning-rate step their lines gained most with is each checkpoint's first move."""
+        if self.numeric is not None:
+            self.numeric.attach(run.paths.run_dir)
         if run.config.memory and self.remembered is None:
             from agent.proposers.memory import best_start, best_step
 
@@ -251,6 +261,12 @@ class TreeProposer(ProposerBase):
             raise SearchDone("every branch is done: " + "; ".join(r for r in reasons.values() if r))
         parent = max(open_nodes, key=lambda n: (ucb(n, len(trials), self.c), n.score))
         move = moves(parent, recipes, self.remembered_step)[0]
+        numbers: dict[str, Any] = {"learning_rate": move.lr}
+        if self.numeric is not None and move.operator in ("draft", "ablate"):
+            numbers = self.numeric.suggest(context, move.recipe)  # the move says what, Optuna how much
+            why_numbers = f" Numbers from Optuna: {numbers}."
+        else:
+            why_numbers = ""
         best = max(nodes, key=lambda n: n.score)
         runner_up = parent is not best
         revisit = (
@@ -270,11 +286,11 @@ class TreeProposer(ProposerBase):
             + (f" Closed: {'; '.join(r for r in reasons.values() if r)}." if any(reasons.values()) else "")
         )
         return Proposal(
-            hypothesis=f"{move.operator} from {parent.name}: {move.recipe} at learning rate {move.lr:.3g} "
-            f"beats {parent.score:.3f} beyond noise.",
-            rationale=why + note,
+            hypothesis=f"{move.operator} from {parent.name}: {move.recipe} at learning rate "
+            f"{numbers['learning_rate']:.3g} beats {parent.score:.3f} beyond noise.",
+            rationale=why + why_numbers + note,
             recipe=move.recipe,
-            hyperparameters={"learning_rate": move.lr, **budget},
+            hyperparameters={**numbers, **budget},
             parent=parent.id,
             operator=move.operator,
             estimated_cost_s=seconds,

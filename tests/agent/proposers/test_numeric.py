@@ -96,3 +96,20 @@ def test_the_llm_sees_the_best_numbers_and_what_tpe_would_try_next() -> None:
     assert "best so far: valid 0.400 with recipe sft from best, learning_rate=0.002" in text
     assert "it would try next: {'learning_rate'" in text
     assert advice(_context([])) is None
+
+
+def test_the_tree_picks_the_move_and_optuna_its_numbers(tmp_path: Path) -> None:
+    from agent.proposers.numeric import NumericHalf
+    from agent.proposers.tree import TreeProposer
+
+    tree = TreeProposer(numeric=NumericHalf("tpe"), name="tree-optuna")
+    tree.attach_run(_run(tmp_path), "t01")
+    first = tree.propose(_context([]))
+    assert first.operator == "draft" and first.recipe == "sft" and first.init_from is None
+    assert first.hyperparameters["lr_scheduler_type"] in ("linear", "cosine", "constant")
+    assert "Numbers from Optuna" in first.rationale
+    study = optuna.load_study(study_name="numbers-sft", storage=f"sqlite:///{tmp_path / STORAGE_FILE}")
+    assert [t.user_attrs["rlloop_trial"] for t in study.trials] == ["t01"]
+    trials = [_record(1, first, 0.3)]
+    second = tree.propose(_context(trials))  # from t01 (it beat the base): the tree's own step, not Optuna's
+    assert second.init_from == "t01" and "Numbers from Optuna" not in second.rationale
