@@ -87,7 +87,7 @@ def test_every_rung_pairs_a_builtin_benchmark_with_a_builtin_model_built_for_it(
     for name, rung in research_ladder.RUNGS.items():
         assert rung.benchmark in BUILTINS and rung.base_model in BUILTIN_MODELS, name
         assert TINY_RECIPES[rung.base_model].benchmark == rung.benchmark, name
-        assert rung.recipes.split(",")[0] == "sft" and rung.trials * rung.trial_seconds <= 60, name
+        assert rung.recipes.split(",")[0] == "sft" and rung.trials * rung.trial_seconds <= 100, name  # wall s
 
 
 def test_memory_is_compared_with_the_tree_paired_by_seed() -> None:

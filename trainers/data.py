@@ -107,15 +107,19 @@ def tokenized_sft_dataset(
 ) -> Dataset:
     """`_tokenize_sft` of the file, kept by content for this process: a warm trial (trainers.warm) tokenizes the
     workspace's file before its go, and the trial reuses it when its file, tokenizer and options are the same."""
+    try:
+        content = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    except OSError:  # missing or unreadable: _tokenize_sft says so, naming the file
+        content = ""
     key = (
-        hashlib.sha256(Path(path).read_bytes()).hexdigest(),
+        content,
         tokenizer_fingerprint(tokenizer),
         str(max_length),
         str(completion_only_loss),
         str(max_samples),
         "plain" if chat is None else "chat",
     )
-    if chat is None and key in _TOKENIZED:
+    if chat is None and content and key in _TOKENIZED:
         mark("data")
         return _TOKENIZED[key]
     dataset = _tokenize_sft(
@@ -126,7 +130,7 @@ def tokenized_sft_dataset(
         max_samples=max_samples,
         chat=chat,
     )
-    if chat is None:
+    if chat is None and content:
         _TOKENIZED[key] = dataset
     return dataset
 
