@@ -16,7 +16,7 @@ from __future__ import annotations
 from agent.loop.validation import CEILING
 from agent.proposers.base import Operator, Proposal, ProposalContext, ProposerBase, SearchDone, TrialRecord
 
-DEFAULT_LR = {"sft": 1e-3, "grpo": 1e-4, "opo": 1e-4, "dpo": 5e-5, "gad": 1e-4}
+DEFAULT_LR = {"sft": 1e-3, "grpo": 1e-4, "opo": 1e-4, "dpo": 5e-5, "gad": 1e-4, "rft": 1e-3}
 RL_CYCLE = (
     "grpo",
     "opo",

@@ -7,15 +7,15 @@ from typing import Literal
 import torch
 from pydantic import Field
 
-from trainers.config import TrainerConfig
-from trainers.data import chat_prompts, tokenized_sft_dataset
+from trainers.config import TrainerConfig, TrainRowChoices
+from trainers.data import RowMoves, chat_prompts, tokenized_sft_dataset
 from trainers.finish import finish_trl, prepare_output_dir
 from trainers.registry import Recipe, register_recipe
 from trainers.result import TrainResult
 from trainers.runtime import base_training_args, load_model_and_tokenizer, log, seed_everything, train_trl
 
 
-class SFTRecipeConfig(TrainerConfig):
+class SFTRecipeConfig(TrainerConfig, TrainRowChoices):
     """SFT hyperparameters. Defaults lift tiny-arith by about 10-20 points in a few hundred steps on CPU (more with longer runs)."""
 
     learning_rate: float = 1e-3
@@ -54,6 +54,7 @@ def run_sft(config: SFTRecipeConfig) -> TrainResult:
         completion_only_loss=config.completion_only_loss,
         max_samples=config.max_train_samples,
         chat=chat_prompts(config),
+        moves=RowMoves.of(config),
     )
     log(f"sft: {len(dataset)} samples, model {config.model_path}, up to {config.max_steps} steps")
     args = SFTConfig(
