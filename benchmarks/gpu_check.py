@@ -467,6 +467,8 @@ RECIPE_STEP: dict[str, dict[str, Any]] = {
             "opcd_offpolicy": {"num_generations": 1, "max_new_tokens": 3, "context": "Add. ", "top_k": 4},
             "gad": {"num_generations": 2, "max_new_tokens": 3, "sft_warmup_steps": 1, "max_steps": 1},
             "oel": {"num_generations": 1, "max_new_tokens": 3, "rounds": 1, "episodes_per_round": 2},
+            # random weights are never right: it samples on the device, then stops after its empty rounds
+            "rft": {"num_generations": 2, "max_new_tokens": 3, "prompts_per_round": 2},
         }
     ).items()
 }

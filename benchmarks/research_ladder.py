@@ -61,7 +61,18 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-POLICIES = ("once", "seeds", "random", "greedy", "tree", "halving", "optuna", "tree-optuna", "cmaes", "memory")
+POLICIES = (
+    "once",
+    "seeds",
+    "random",
+    "greedy",
+    "tree",
+    "halving",
+    "optuna",
+    "tree-optuna",
+    "cmaes",
+    "memory",
+)
 DEFAULT_POLICIES = ("once", "seeds", "random", "greedy", "tree", "halving", "optuna")
 PROPOSER = {
     "once": "fixed", "seeds": "fixed", "random": "random", "greedy": "greedy", "tree": "tree", "memory": "tree",
@@ -99,6 +110,13 @@ RUNGS: dict[str, Rung] = {
     # Measured (5 policies x 3 seeds, 2026-12-03): base 0.150, one trial 0.150, best reached 0.500 (+35 points); SFT
     # continued from a checkpoint against SFT from the base model, 10.3 SE apart
     "sokoban1": Rung("sokoban1", "tiny-sokoban", "sft,grpo", trial_seconds=16, trials=5),
+    # rungs where the default recipe run once is not the answer (benchmarks/ladder_oracle.py measures it, property
+    # (e)); tasks/arith_variants.py: 40% of the demonstrations wrong while the verifier is exact
+    "arith-noisy": Rung("arith-noisy", "tiny-arith", "sft,rft,grpo", trial_seconds=16, trials=5),
+    # 256 labelled train prompts, 11,744 without an answer
+    "arith-few": Rung("arith-few", "tiny-arith", "sft,rft,grpo", trial_seconds=16, trials=5),
+    # answers written as sentences, graded as the bare number after '='
+    "arith-verbose": Rung("arith-verbose", "tiny-arith", "sft,rft,grpo", trial_seconds=16, trials=5),
 }
 # Measured and left off the ladder (they fail its floor or its reachable gain with a 0.34M-parameter model):
 # countdown (prompts longer than tiny-arith's 128 positions; 0% after 200 steps at 192), sokoban with its three boxes

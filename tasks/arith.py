@@ -10,6 +10,7 @@ regenerate the test split.
 from __future__ import annotations
 
 import random
+import re
 from functools import lru_cache
 from typing import Any
 
@@ -21,6 +22,7 @@ SPLIT_SEEDS: dict[str, int] = {"valid": 2_000_003, "train": 3_000_017}
 OPERATORS = ("+", "-")
 MAX_OPERAND = 99
 TEST_MODULUS = 7  # ~2,150 of the 15,050 distinct problems are test candidates
+_PROBLEM = re.compile(r"(\d+)([+-])(\d+)=")
 
 
 def _problem(rng: random.Random) -> tuple[str, str]:
@@ -37,6 +39,15 @@ def problem_space() -> list[tuple[str, str]]:
     plus = [(f"{a}+{b}=", str(a + b)) for a in range(MAX_OPERAND + 1) for b in range(MAX_OPERAND + 1)]
     minus = [(f"{a}-{b}=", str(a - b)) for a in range(MAX_OPERAND + 1) for b in range(a + 1)]
     return plus + minus
+
+
+def result_of(prompt: str) -> str | None:
+    """The answer to an arith prompt ("37+58=" -> "95") computed from the prompt itself; None for any other text."""
+    match = _PROBLEM.fullmatch(prompt)
+    if match is None:
+        return None
+    a, op, b = int(match.group(1)), match.group(2), int(match.group(3))
+    return str(a + b if op == "+" else a - b)
 
 
 def is_test_candidate(prompt: str) -> bool:
@@ -81,3 +92,8 @@ class ArithBenchmark:
 
     def score(self, completion: str, sample: Sample) -> float:
         return 1.0 if numbers_match(first_number(completion), sample.answer) else 0.0
+
+    def verify(self, completion: str, prompt: str) -> float:
+        """The score against the result computed from the prompt (`tasks.base.Verifier`): exact without an answer."""
+        result = result_of(prompt)
+        return 1.0 if result is not None and numbers_match(first_number(completion), result) else 0.0

@@ -81,6 +81,18 @@ class BatchScoring(Protocol):
 
 
 @runtime_checkable
+class Verifier(Protocol):
+    """Optional: an exact check of a completion from its prompt alone, without the reference answer. Where a task
+    has one (arith computes the result from the prompt), rows whose answer is wrong can be found, and prompts
+    without an answer can still reward RL or keep a sampled completion (trainers' `filter_by_verifier`, `rft`,
+    GRPO's `verified` reward)."""
+
+    def verify(self, completion: str, prompt: str) -> float:
+        """1.0 when `completion` (already cut at the stop strings) is right for `prompt`, else 0.0."""
+        ...
+
+
+@runtime_checkable
 class PromptFormatting(Protocol):
     """Optional: a benchmark with more than one way to ask (zero-shot, chain-of-thought, few-shot).
 

@@ -33,6 +33,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from tasks.arith import ArithBenchmark
+from tasks.arith_variants import ArithFewBenchmark, ArithNoisyBenchmark, ArithVerboseBenchmark
 from tasks.atomic import atomic_write_lines
 from tasks.base import Benchmark, Sample, Split, public_split
 from tasks.countdown import CountdownBenchmark
@@ -48,6 +49,9 @@ ENTRY_POINT_GROUP = "rlloop.benchmarks"
 FOLDER_ENV = "RLLOOP_BENCHMARKS_DIR"
 BUILTINS: dict[str, Callable[[], Benchmark]] = {
     "arith": ArithBenchmark,
+    "arith-noisy": ArithNoisyBenchmark,
+    "arith-few": ArithFewBenchmark,
+    "arith-verbose": ArithVerboseBenchmark,
     "gsm8k": GSM8KBenchmark,
     "countdown": CountdownBenchmark,
     "frozenlake": FrozenLakeBenchmark,

@@ -34,7 +34,7 @@ FIGURES = (
     ),
     *(
         f"recipe_{r}_device"
-        for r in ("coach", "dpo", "gad", "grpo", "oel", "opcd", "opcd_offpolicy", "opo", "sft")
+        for r in ("coach", "dpo", "gad", "grpo", "oel", "opcd", "opcd_offpolicy", "opo", "rft", "sft")
     ),
     "grade_gpu",
     "grade_baseline_s",
@@ -96,5 +96,5 @@ def test_the_dry_run_prints_every_figure_without_trl(tmp_path: Path) -> None:
     assert values["trl_installed"] == "0" and values["failed"] == values["missing_packages"] == "none"
     assert int(values["model_params"]) > 0 and float(values["sft_tokens_per_s"]) > 0
     assert values["e2e_trial_status"] == "succeeded" and values["e2e_trial_device"] == "cpu/float32"
-    for recipe in ("gad", "oel", "opcd", "opcd_offpolicy", "opo"):
+    for recipe in ("gad", "oel", "opcd", "opcd_offpolicy", "opo", "rft"):
         assert values[f"recipe_{recipe}_device"] == "cpu/float32"

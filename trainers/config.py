@@ -145,3 +145,22 @@ class TrainerConfig(BaseModel):
                     break
         if inherited:
             cls.model_rebuild(force=True)
+
+
+class TrainRowChoices(BaseModel):
+    """What a recipe that reads train rows may do to them first: the moves a researcher makes when the data are not
+    what the task needs (answers written in another format, a share of them wrong). Mixed into the configs of the
+    recipes that apply them (sft, grpo, opo, rft); `trainers.data.RowMoves` applies them."""
+
+    answer_format: Literal["as_given", "final_number"] = Field(
+        default="as_given",
+        description="as_given: train on each answer as written; final_number: on the final number it states "
+        "('#### 95', 'The answer is 95.', else its last number), for data written as sentences or worked "
+        "solutions where the benchmark wants the bare number. Rows whose answer holds no number are dropped.",
+    )
+    filter_by_verifier: bool = Field(
+        default=False,
+        description="Drop train rows whose answer the benchmark's exact verifier rejects (the result computed "
+        "from the prompt, as arith's), e.g. demonstrations with a share of wrong answers; rows without an answer "
+        "are kept for recipes that train on prompts alone. Needs a benchmark with a verifier.",
+    )

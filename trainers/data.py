@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from transformers import PreTrainedTokenizerBase
 
+from tasks.answers import extract_number
+from tasks.base import Verifier
 from tasks.chat import ChatPrompts
 from trainers.schedule import mark
 
@@ -36,11 +39,76 @@ def chat_prompts(config: Any) -> ChatPrompts | None:
     return ChatPrompts.of(tokenizer, getattr(config, "system_prompt", None))
 
 
+@dataclass(frozen=True)
+class RowMoves:
+    """The train-row choices of a recipe config (`trainers.config.TrainRowChoices`), applied to raw rows (prompts
+    as written, before any chat rendering): answers reformatted, then rows the benchmark's verifier rejects
+    dropped. Each change is logged with how many rows it touched."""
+
+    benchmark: str
+    answer_format: str = "as_given"
+    filter_by_verifier: bool = False
+
+    @classmethod
+    def of(cls, config: Any) -> RowMoves | None:
+        """The moves `config` asks for; None when it asks for none (or its recipe has no such fields)."""
+        moves = cls(
+            benchmark=str(getattr(config, "benchmark", "")),
+            answer_format=str(getattr(config, "answer_format", "as_given")),
+            filter_by_verifier=bool(getattr(config, "filter_by_verifier", False)),
+        )
+        return None if moves == cls(benchmark=moves.benchmark) else moves
+
+    def apply(self, rows: list[dict[str, Any]], path: Path) -> list[dict[str, Any]]:
+        from trainers.runtime import log
+
+        if self.answer_format == "final_number":
+            numbers = [(row, extract_number(row["answer"])) if row["answer"] else (row, "") for row in rows]
+            kept = [{**row, "answer": number} for row, number in numbers if number is not None]
+            log(
+                f"answer_format=final_number: {len(kept)} rows kept, {len(rows) - len(kept)} without a number dropped"
+            )
+            rows = kept
+        if self.filter_by_verifier:
+            verifier = self.verifier()
+            kept = [
+                row
+                for row in rows
+                if not row["answer"] or verifier.verify(row["answer"], row["prompt"]) >= 1.0
+            ]
+            labelled = sum(1 for row in rows if row["answer"])
+            log(
+                f"filter_by_verifier: {labelled - (len(rows) - len(kept))} of {labelled} answers verified, "
+                f"{len(rows) - len(kept)} wrong ones dropped"
+            )
+            rows = kept
+        if not rows:
+            raise DataFileError(f"{path}: no rows left after {self}; nothing to train on")
+        return rows
+
+    def verifier(self) -> Verifier:
+        """The benchmark's exact verifier; DataFileError when it has none (its score needs the answer column)."""
+        from tasks import get_benchmark
+
+        bench = get_benchmark(self.benchmark)
+        if not isinstance(bench, Verifier):
+            raise DataFileError(
+                f"filter_by_verifier: benchmark {self.benchmark!r} has no verifier (its score compares with the "
+                "answer column, so it would keep every row); set filter_by_verifier=false"
+            )
+        return bench
+
+
 def read_jsonl(
-    path: Path, *, limit: int | None = None, chat: ChatPrompts | None = None
+    path: Path,
+    *,
+    limit: int | None = None,
+    chat: ChatPrompts | None = None,
+    moves: RowMoves | None = None,
 ) -> list[dict[str, Any]]:
-    """Rows of a workspace JSONL file; each must be an object with string `prompt` and `answer`. With `chat`, each
-    prompt is returned rendered in the chat template."""
+    """Rows of a workspace JSONL file; each must be an object with string `prompt` and `answer`. With `moves`, the
+    first `limit` rows as the config's train-row choices leave them; with `chat`, each prompt is returned rendered
+    in the chat template."""
     if not path.is_file():
         raise DataFileError(f"train_file {path} does not exist; use the workspace's data/train.jsonl")
     rows: list[dict[str, Any]] = []
@@ -56,21 +124,41 @@ def read_jsonl(
                 ) from None
             if not isinstance(row, dict) or not isinstance(row.get("prompt"), str) or "answer" not in row:
                 raise DataFileError(f'{path}:{number}: each line needs string "prompt" and "answer" fields')
-            prompt = chat.render(row["prompt"]) if chat is not None else row["prompt"]
-            rows.append({"id": str(row.get("id", number)), "prompt": prompt, "answer": str(row["answer"])})
+            rows.append(
+                {"id": str(row.get("id", number)), "prompt": row["prompt"], "answer": str(row["answer"])}
+            )
             if limit is not None and len(rows) >= limit:
                 break
     if not rows:
         raise DataFileError(f"{path} has no samples; it must hold one JSON object per line")
+    if moves is not None:
+        rows = moves.apply(rows, path)
+    if chat is not None:
+        rows = [{**row, "prompt": chat.render(row["prompt"])} for row in rows]
     return rows
+
+
+def labelled_rows(rows: list[dict[str, Any]], path: Path) -> list[dict[str, Any]]:
+    """The rows that carry an answer; the others (prompts alone, answer "") are logged as skipped."""
+    from trainers.runtime import log
+
+    kept = [row for row in rows if row["answer"]]
+    if len(kept) < len(rows):
+        log(f"{len(rows) - len(kept)} of {len(rows)} rows have no answer: skipped for supervised training")
+    if not kept:
+        raise DataFileError(
+            f"{path}: no row has an answer; train on the prompts with a recipe that needs none (grpo, opo, rft)"
+        )
+    return kept
 
 
 def prompt_completion_dataset(
     path: Path, *, max_samples: int | None = None, chat: ChatPrompts | None = None
 ) -> Dataset:
     """For SFT: `prompt` and `completion` (the answer) columns, so the loss covers the completion only; in chat
-    format the completion ends with the end-of-turn token, which is inside the loss mask."""
-    rows = read_jsonl(path, limit=max_samples, chat=chat)
+    format the completion ends with the end-of-turn token, which is inside the loss mask. Rows without an answer are
+    skipped."""
+    rows = labelled_rows(read_jsonl(path, limit=max_samples, chat=chat), path)
     end = chat.end_of_turn if chat is not None else ""
     from datasets import Dataset
 
@@ -104,6 +192,7 @@ def tokenized_sft_dataset(
     completion_only_loss: bool = True,
     max_samples: int | None = None,
     chat: ChatPrompts | None = None,
+    moves: RowMoves | None = None,
 ) -> Dataset:
     """`_tokenize_sft` of the file, kept by content for this process: a warm trial (trainers.warm) tokenizes the
     workspace's file before its go, and the trial reuses it when its file, tokenizer and options are the same."""
@@ -118,6 +207,7 @@ def tokenized_sft_dataset(
         str(completion_only_loss),
         str(max_samples),
         "plain" if chat is None else "chat",
+        repr(moves),
     )
     if chat is None and content and key in _TOKENIZED:
         mark("data")
@@ -129,6 +219,7 @@ def tokenized_sft_dataset(
         completion_only_loss=completion_only_loss,
         max_samples=max_samples,
         chat=chat,
+        moves=moves,
     )
     if chat is None and content:
         _TOKENIZED[key] = dataset
@@ -143,13 +234,16 @@ def _tokenize_sft(
     completion_only_loss: bool = True,
     max_samples: int | None = None,
     chat: ChatPrompts | None = None,
+    moves: RowMoves | None = None,
 ) -> Dataset:
     """For SFT, tokenized here in two batched calls: `input_ids` and `labels` (-100 outside the loss), the rows TRL's
     SFTTrainer would build from `prompt_completion_dataset` (EOS appended, the completion starting where prompt and
     prompt+completion tokens part, truncated from the end to `max_length`, rows with nothing left in the loss
     dropped). TRL does the same one row at a time through `datasets.map`: 3-7 s of every short trial's start-up on a
-    12,000-row file, against well under one here. Pass it with `dataset_kwargs={"skip_prepare_dataset": True}`."""
-    rows = read_jsonl(path, limit=max_samples, chat=chat)
+    12,000-row file, against well under one here. Pass it with `dataset_kwargs={"skip_prepare_dataset": True}`.
+    Rows without an answer (prompts alone, for RL) are skipped: trained on, they would teach the model to stop at
+    once."""
+    rows = labelled_rows(read_jsonl(path, limit=max_samples, chat=chat, moves=moves), path)
     end = chat.end_of_turn if chat is not None else ""
     eos = tokenizer.eos_token or ""
     prompts = [r["prompt"] for r in rows]
@@ -188,10 +282,14 @@ def _common_prefix_length(ids: list[int], other: list[int]) -> int:
 
 
 def prompt_answer_dataset(
-    path: Path, *, max_samples: int | None = None, chat: ChatPrompts | None = None
+    path: Path,
+    *,
+    max_samples: int | None = None,
+    chat: ChatPrompts | None = None,
+    moves: RowMoves | None = None,
 ) -> Dataset:
     """For RL: `prompt` plus the reference `answer`, which TRL passes to reward functions as a keyword."""
-    rows = read_jsonl(path, limit=max_samples, chat=chat)
+    rows = read_jsonl(path, limit=max_samples, chat=chat, moves=moves)
     from datasets import Dataset
 
     dataset = Dataset.from_dict(

@@ -24,7 +24,7 @@ from tasks.base import stop_strings
 from tasks.chat import ChatPrompts
 from trainers import device, losses, runtime
 from trainers.config import TrainerConfig
-from trainers.data import chat_prompts, read_jsonl
+from trainers.data import RowMoves, chat_prompts, read_jsonl
 from trainers.finish import finish_run, prepare_output_dir
 from trainers.quick_eval import accuracy
 from trainers.result import TrainResult
@@ -73,12 +73,15 @@ def seed_everything(seed: int) -> None:
     runtime.seed_everything(seed)
 
 
-def load_samples(path: Path, limit: int | None = None, chat: ChatPrompts | None = None) -> list[Sample]:
+def load_samples(
+    path: Path, limit: int | None = None, chat: ChatPrompts | None = None, moves: RowMoves | None = None
+) -> list[Sample]:
     """Workspace JSONL as Samples (trainers.data.read_jsonl: DataFileError naming file and line when wrong); with
-    `chat`, prompts rendered in the model's chat template (trainers.data.chat_prompts)."""
+    `chat`, prompts rendered in the model's chat template (trainers.data.chat_prompts); with `moves`, the rows as a
+    config's train-row choices leave them."""
     return [
         Sample(id=r["id"], prompt=r["prompt"], answer=r["answer"])
-        for r in read_jsonl(Path(path), limit=limit, chat=chat)
+        for r in read_jsonl(Path(path), limit=limit, chat=chat, moves=moves)
     ]
 
 

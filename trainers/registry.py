@@ -30,6 +30,7 @@ BUILTIN_MODULES = (
     "trainers.algorithms.gad",
     "trainers.algorithms.coach",
     "trainers.algorithms.oel",
+    "trainers.algorithms.rft",
 )
 GROUP = "rlloop.recipes"
 

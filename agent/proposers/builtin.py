@@ -16,8 +16,9 @@ from __future__ import annotations
 from agent.loop.validation import CEILING
 from agent.proposers.base import Operator, Proposal, ProposalContext, ProposerBase, SearchDone, TrialRecord
 
-DEFAULT_LR = {"sft": 1e-3, "grpo": 1e-4, "opo": 1e-4, "dpo": 5e-5, "gad": 1e-4}
+DEFAULT_LR = {"sft": 1e-3, "grpo": 1e-4, "opo": 1e-4, "dpo": 5e-5, "gad": 1e-4, "rft": 1e-3}
 RL_CYCLE = (
+    "rft",
     "grpo",
     "opo",
     "dpo",
@@ -117,15 +118,42 @@ class BuiltinProposer(ProposerBase):
 
     @staticmethod
     def _menu(context: ProposalContext) -> tuple[str, list[str]]:
-        """(the supervised recipe, the RL recipes in the order to try them) among those the run allows."""
+        """(the recipe to start with, the RL recipes in the order to try them) among those the run allows: the
+        supervised one, or, where most train rows have no answer, the first that learns from prompts alone."""
+        from agent.proposers.data_moves import data_report
+
         allowed = context.recipes or ["sft", "grpo"]
         supervised = "sft" if "sft" in allowed else allowed[0]
-        return supervised, [r for r in RL_CYCLE if r in allowed and r != supervised]
+        rl = [r for r in RL_CYCLE if r in allowed and r != supervised]
+        if rl and data_report(context.workspace, context.benchmark).prompts_only:
+            return rl[0], [r for r in [*rl[1:], supervised]]
+        return supervised, rl
 
     def _budget(self, context: ProposalContext) -> tuple[float, dict[str, float | int | None]]:
         return trial_budget(context, self.max_steps)
 
     def propose(self, context: ProposalContext) -> Proposal:
+        return self._with_rows(self._propose(context), context)
+
+    @staticmethod
+    def _with_rows(proposal: Proposal, context: ProposalContext) -> Proposal:
+        """The train-row choices of the proposal: a line keeps its parent's; a draft takes the first the data call
+        for (agent.proposers.data_moves)."""
+        from agent.proposers.data_moves import carried, data_report, takes_row_moves
+
+        if not takes_row_moves(proposal.recipe):
+            return proposal
+        parent = next((t for t in context.trials if t.trial_id == proposal.init_from), None)
+        if parent is not None:
+            rows = carried(parent.proposal.hyperparameters, parent.proposal.recipe)
+        else:
+            found = data_report(context.workspace, context.benchmark).moves
+            rows = dict(found[0].fields) if found else {}
+        if not rows:
+            return proposal
+        return proposal.model_copy(update={"hyperparameters": {**proposal.hyperparameters, **rows}})
+
+    def _propose(self, context: ProposalContext) -> Proposal:
         seconds, budget = self._budget(context)
         supervised, rl_recipes = self._menu(context)
         trials = context.trials

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from agent.proposers.base import Proposal, ProposalContext, ProposerBase, SearchDone, TrialRecord
 from agent.proposers.builtin import trial_budget, value
+from agent.proposers.data_moves import carried, data_report
 from agent.proposers.tree import Move, build_tree, moves
 
 STABLE = {"lr_scheduler_type": "constant", "warmup_ratio": 0.1}
@@ -106,7 +107,8 @@ class HalvingProposer(ProposerBase):
                 continue
             last = stage == len(sizes) - 1
             if stage == 0:
-                drafts = moves(build_tree(context)[0], context.recipes or ["sft", "grpo"])
+                data = data_report(context.workspace, context.benchmark)
+                drafts = moves(build_tree(context)[0], context.recipes or ["sft", "grpo"], None, data)
                 if not drafts:
                     raise SearchDone("successive halving: no draft left to start a line with")
                 return self._draft(context, drafts[0], sizes, last)  # the first draft not tried yet
@@ -133,7 +135,7 @@ class HalvingProposer(ProposerBase):
             rationale=f"Start {sizes[0]} lines at a constant rate, keep the better half by valid score at each "
             f"stage (stages {sizes}), continue the survivors with their optimizer, cool down once at the end.",
             recipe=move.recipe,
-            hyperparameters={"learning_rate": move.lr, **schedule, **budget},
+            hyperparameters={"learning_rate": move.lr, **move.extra, **schedule, **budget},
             parent=None,
             operator="draft",
             estimated_cost_s=seconds,
@@ -153,7 +155,12 @@ class HalvingProposer(ProposerBase):
             rationale=f"{head.trial_id} is among the best {sizes[stage]} lines after stage {stage - 1}; its "
             "optimizer's moments carry on, no new warm-up.",
             recipe=head.proposal.recipe,
-            hyperparameters={"learning_rate": lr, **schedule, **budget},
+            hyperparameters={
+                "learning_rate": lr,
+                **carried(head.proposal.hyperparameters, head.proposal.recipe),
+                **schedule,
+                **budget,
+            },
             parent=head.trial_id,
             operator="improve",
             estimated_cost_s=seconds,

@@ -2,7 +2,8 @@
 
 The space: the recipe (among the run's), the start (the base model, or the best checkpoint so far by valid score),
 the learning rate as a factor of the recipe's default (log scale, 0.1x to 5x), the schedule (linear, cosine, or
-constant with a cool-down) and its warm-up share. The objective is the trial's valid score (the public score where
+constant with a cool-down), its warm-up share, and the train-row choices the data call for, if any
+(agent.proposers.data_moves). The objective is the trial's valid score (the public score where
 there is none); a failed trial is a failed Optuna trial. The study lives in the run's folder (`optuna.db`, SQLite)
 and resumes with the run: each Optuna trial carries the id of the rlloop trial it proposed, told its value once that
 trial is recorded. With `--memory`, the best first move of earlier runs on this benchmark and model is the study's
@@ -22,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from agent.proposers.base import Proposal, ProposalContext, ProposerBase, RunView, TrialRecord
 from agent.proposers.builtin import DEFAULT_LR, trial_budget, value
+from agent.proposers.data_moves import data_report, takes_row_moves
 
 if TYPE_CHECKING:
     import optuna
@@ -47,7 +49,16 @@ def number_distributions() -> dict[str, Any]:
     }
 
 
-def distributions(recipes: list[str]) -> dict[str, Any]:
+def data_choices(context: ProposalContext) -> dict[str, dict[str, Any]]:
+    """The train-row choices the run's data call for (agent.proposers.data_moves), by name; "as_given" is none."""
+    report = data_report(context.workspace, context.benchmark)
+    return {
+        "as_given": {},
+        **{"+".join(f"{k}={v}" for k, v in m.fields.items()): m.fields for m in report.moves},
+    }
+
+
+def distributions(recipes: list[str], data: list[str] | None = None) -> dict[str, Any]:
     """The whole space, as Optuna distributions (one set for every trial: its samplers see a fixed space)."""
     import optuna
 
@@ -55,6 +66,11 @@ def distributions(recipes: list[str]) -> dict[str, Any]:
         "recipe": optuna.distributions.CategoricalDistribution(list(recipes)),
         "start": optuna.distributions.CategoricalDistribution(["base", "best"]),
         **number_distributions(),
+        **(
+            {"data": optuna.distributions.CategoricalDistribution(list(data))}
+            if data and len(data) > 1
+            else {}
+        ),
     }
 
 
@@ -137,6 +153,7 @@ class NumericProposer(ProposerBase):
         import optuna
 
         recipes = context.recipes or ["sft", "grpo"]
+        choices = data_choices(context)
         study = self.study(context)
         tell(study, context.trials)
         trial_id = f"t{len(context.trials) + 1:02d}"
@@ -148,12 +165,14 @@ class NumericProposer(ProposerBase):
         if pending:  # asked before an interruption: the same numbers again
             params = dict(pending[0].params)
         else:
-            asked = study.ask(distributions(recipes))
+            asked = study.ask(distributions(recipes, list(choices)))
             asked.set_user_attr(RLLOOP_TRIAL, trial_id)
             params = dict(asked.params)
         best = _best(context.trials)
         start = best.trial_id if params["start"] == "best" and best is not None else None
         chosen = hyperparameters(params)
+        if takes_row_moves(str(params["recipe"])):
+            chosen.update(choices.get(str(params.get("data", "as_given")), {}))
         seconds, budget = trial_budget(context, self.max_steps)
         done = sum(1 for t in study.trials if t.state.is_finished())
         phase = "sampling at random" if done < STARTUP_TRIALS else f"{self.kind.upper()} on {done} trials"

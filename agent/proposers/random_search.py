@@ -9,6 +9,7 @@ import random
 
 from agent.proposers.base import Proposal, ProposalContext, ProposerBase
 from agent.proposers.builtin import DEFAULT_LR, trial_budget, value
+from agent.proposers.data_moves import data_report, takes_row_moves
 
 LR_FACTORS = (0.3, 0.5, 0.7, 1.0, 2.0)
 SCHEDULES = (
@@ -33,6 +34,8 @@ class RandomProposer(ProposerBase):
         recipe = rng.choice(context.recipes or ["sft", "grpo"])
         lr = DEFAULT_LR.get(recipe, 1e-4) * rng.choice(LR_FACTORS)
         schedule = rng.choice(SCHEDULES)
+        data = data_report(context.workspace, context.benchmark)
+        choices = rng.choice([{}, *(m.fields for m in data.moves)]) if takes_row_moves(recipe) else {}
         divisible = context.compute_left_s is not None and context.trial_seconds is not None
         share = rng.choice(LENGTHS) if divisible else 1.0
         seconds, budget = trial_budget(context, self.max_steps, share)
@@ -42,7 +45,7 @@ class RandomProposer(ProposerBase):
             f"{parent or 'the base model'}.",
             rationale="A uniform draw over parents, recipes, learning rates, schedules and trial lengths.",
             recipe=recipe,
-            hyperparameters={"learning_rate": lr, "lr_scheduler_type": schedule, **budget},
+            hyperparameters={"learning_rate": lr, "lr_scheduler_type": schedule, **choices, **budget},
             parent=parent,
             operator="draft" if parent is None else "improve",
             estimated_cost_s=seconds,

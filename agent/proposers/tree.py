@@ -40,6 +40,7 @@ from agent.proposers.base import (
     TrialRecord,
 )
 from agent.proposers.builtin import DEFAULT_LR, RL_CYCLE, trial_budget, value
+from agent.proposers.data_moves import DataReport, carried, data_report, takes_row_moves
 from agent.proposers.numeric import NumericHalf
 
 K_CHILDREN = 3  # scored children without gain beyond noise that close a node
@@ -124,32 +125,53 @@ class Move:
     lr: float
     operator: Operator
     why: str
+    extra: dict[str, Any] = field(default_factory=dict)  # train-row choices (agent.proposers.data_moves)
 
 
-def _key(recipe: str, lr: float) -> tuple[str, float]:
-    return recipe, float(f"{lr:.6g}")
+def _key(recipe: str, lr: float, extra: dict[str, Any] | None = None) -> tuple[Any, ...]:
+    return recipe, float(f"{lr:.6g}"), tuple(sorted((extra or {}).items()))
 
 
-def moves(node: Node, recipes: list[str], step: float | None = None) -> list[Move]:
-    """The moves from `node` not tried yet (a child with the same recipe and rate is a tried move). `step`: the
-    learning-rate step an earlier run gained most with (`--memory`, agent.proposers.memory.best_step), tried first
-    from a checkpoint."""
-    tried = {_key(c.proposal.recipe, _lr(c, c.proposal.recipe)) for c in node.children}
+def moves(
+    node: Node, recipes: list[str], step: float | None = None, data: DataReport | None = None
+) -> list[Move]:
+    """The moves from `node` not tried yet (a child with the same recipe, rate and train-row choices is a tried
+    move). `step`: the learning-rate step an earlier run gained most with (`--memory`,
+    agent.proposers.memory.best_step), tried first from a checkpoint. `data`: what the train rows called for
+    (agent.proposers.data_moves): from the base, the supervised recipe with each data move comes first, and prompt-
+    only recipes lead where most rows have no answer; a line keeps its own train-row choices."""
+    tried = {
+        _key(
+            c.proposal.recipe,
+            _lr(c, c.proposal.recipe),
+            carried(c.proposal.hyperparameters, c.proposal.recipe),
+        )
+        for c in node.children
+    }
     supervised = "sft" if "sft" in recipes else recipes[0]
     rl = [r for r in RL_CYCLE if r in recipes and r != supervised]
     options: list[Move] = []
     if node.trial is None:  # drafts: each recipe at its default rate (supervised first), then at other rates
+        order = [*rl, supervised] if data is not None and data.prompts_only else [supervised, *rl]
+        for move in data.moves if data is not None and takes_row_moves(supervised) else ():
+            lr = DEFAULT_LR.get(supervised, 1e-4)
+            options.append(
+                Move(supervised, lr, "draft", f"a {supervised} line: {move.why}", dict(move.fields))
+            )
         for factor, rate in DRAFT_RATES:
             options += [
                 Move(r, DEFAULT_LR.get(r, 1e-4) * factor, "draft", f"a {r} line from the base{rate}")
-                for r in (supervised, *rl)
+                for r in order
             ]
     else:
         recipe = node.trial.proposal.recipe
         lr = _lr(node.trial, recipe)
+        own = carried(node.trial.proposal.hyperparameters, recipe)
         if node.parent is not None and beats(node.trial, node.parent):  # still climbing: do not anneal yet
-            options.append(Move(recipe, lr, "improve", "keep training at the same rate: it still climbs"))
-        options += [Move(recipe, lr * factor, op, why) for factor, op, why in LR_MOVES]
+            options.append(
+                Move(recipe, lr, "improve", "keep training at the same rate: it still climbs", own)
+            )
+        options += [Move(recipe, lr * factor, op, why, own) for factor, op, why in LR_MOVES]
         if step is not None:  # remembered: the step that gained most in an earlier run goes first
             options.insert(
                 0,
@@ -158,19 +180,20 @@ def moves(node: Node, recipes: list[str], step: float | None = None) -> list[Mov
                     lr * step,
                     "improve",
                     f"{step:g}x the rate, the step an earlier run's lines gained most with (--memory)",
+                    own,
                 ),
             )
         options += [
-            Move(r, DEFAULT_LR.get(r, 1e-4), "improve", f"a different learning signal ({r})")
+            Move(r, DEFAULT_LR.get(r, 1e-4), "improve", f"a different learning signal ({r})", carried(own, r))
             for r in ([supervised, *rl] if recipe != supervised else rl)
             if r != recipe
         ]
-    # the first of each (recipe, rate): a remembered step may repeat one of the policy's own
+    # the first of each (recipe, rate, choices): a remembered step may repeat one of the policy's own
     fresh: list[Move] = []
     for m in options:
-        if _key(m.recipe, m.lr) not in tried:
+        if _key(m.recipe, m.lr, m.extra) not in tried:
             fresh.append(m)
-            tried.add(_key(m.recipe, m.lr))
+            tried.add(_key(m.recipe, m.lr, m.extra))
     return fresh
 
 
@@ -260,7 +283,9 @@ class TreeProposer(ProposerBase):
         if not open_nodes:
             raise SearchDone("every branch is done: " + "; ".join(r for r in reasons.values() if r))
         parent = max(open_nodes, key=lambda n: (ucb(n, len(trials), self.c), n.score))
-        move = moves(parent, recipes, self.remembered_step)[0]
+        move = moves(
+            parent, recipes, self.remembered_step, data_report(context.workspace, context.benchmark)
+        )[0]
         numbers: dict[str, Any] = {"learning_rate": move.lr}
         if self.numeric is not None and move.operator in ("draft", "ablate"):
             numbers = self.numeric.suggest(context, move.recipe)  # the move says what, Optuna how much
@@ -290,7 +315,7 @@ class TreeProposer(ProposerBase):
             f"{numbers['learning_rate']:.3g} beats {parent.score:.3f} beyond noise.",
             rationale=why + why_numbers + note,
             recipe=move.recipe,
-            hyperparameters={**numbers, **budget},
+            hyperparameters={**numbers, **move.extra, **budget},
             parent=parent.id,
             operator=move.operator,
             estimated_cost_s=seconds,

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from grader.benchmarks.arith import ArithBenchmark
+from grader.benchmarks.arith_variants import ArithFewBenchmark, ArithNoisyBenchmark, ArithVerboseBenchmark
 from grader.benchmarks.countdown import CountdownBenchmark
 from grader.benchmarks.frozenlake import FrozenLakeBenchmark
 from grader.benchmarks.gsm8k import GSM8KBenchmark
@@ -49,6 +50,9 @@ __all__ = [
 # The built-ins' test halves, each a subclass of the public class the registry holds (tasks/<name>.py).
 TEST_HALVES: tuple[type[Any], ...] = (
     ArithBenchmark,
+    ArithNoisyBenchmark,
+    ArithFewBenchmark,
+    ArithVerboseBenchmark,
     GSM8KBenchmark,
     CountdownBenchmark,
     FrozenLakeBenchmark,

@@ -90,7 +90,7 @@ def test_countdown_reference_solutions_score_and_parser_is_safe() -> None:
     assert evaluate_expression("7 / 2")[0] * 2 == 7
 
 
-@pytest.mark.parametrize("name", ["arith", "countdown"])
+@pytest.mark.parametrize("name", ["arith", "countdown", "arith-noisy", "arith-few", "arith-verbose"])
 def test_procedural_test_splits_come_from_the_seed_and_never_overlap_train(name: str) -> None:
     first, again, other = (get_benchmark(name, seed).load("test") for seed in (7, 7, 8))
     assert [s.model_dump() for s in first] == [s.model_dump() for s in again]  # one seed, one test set
@@ -100,6 +100,14 @@ def test_procedural_test_splits_come_from_the_seed_and_never_overlap_train(name:
     for test in (first, other):
         assert not {s.prompt for s in test} & seen and len({s.prompt for s in test}) == len(test)
         assert all(public.score(s.answer, s) == 1.0 for s in test)
+
+
+def test_arith_variants_are_graded_on_arith_s_clean_test_split() -> None:
+    arith = get_benchmark("arith", 11).load("test")
+    for name in ("arith-noisy", "arith-few", "arith-verbose"):
+        test = get_benchmark(name, 11).load("test")
+        assert [(s.prompt, s.answer) for s in test] == [(s.prompt, s.answer) for s in arith], name
+        assert test[0].id == f"{name}-test-0"
 
 
 def test_the_run_test_seed_is_made_once_and_kept(tmp_path: Path) -> None:

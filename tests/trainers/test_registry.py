@@ -71,7 +71,7 @@ print(json.dumps({"exit_code": result.exit_code, "log": result.log_tail, "isolat
 
 def test_builtins_are_registered_explicitly_and_opcd_registers_both() -> None:
     names = [r.name for r in list_recipes()]
-    assert {"sft", "grpo", "dpo", "opo", "opcd", "opcd_offpolicy", "gad", "coach", "oel"} <= set(names)
+    assert {"sft", "grpo", "dpo", "opo", "opcd", "opcd_offpolicy", "gad", "coach", "oel", "rft"} <= set(names)
     assert get_recipe("opcd").run.__module__ == get_recipe("opcd_offpolicy").run.__module__
     assert "trainers.algorithms.opcd" in BUILTIN_MODULES
     assert not (REPO / "trainers" / "algorithms" / "opcd_offpolicy.py").exists()

@@ -8,8 +8,8 @@ from typing import Literal
 import torch
 from pydantic import Field, model_validator
 
-from trainers.config import TrainerConfig
-from trainers.data import chat_prompts, prompt_answer_dataset
+from trainers.config import TrainerConfig, TrainRowChoices
+from trainers.data import RowMoves, chat_prompts, prompt_answer_dataset
 from trainers.finish import finish_trl, prepare_output_dir
 from trainers.registry import Recipe, register_recipe
 from trainers.result import TrainerSetupError, TrainResult
@@ -26,7 +26,7 @@ from trainers.runtime import (
 RewardKind = Literal["correct", "format"]
 
 
-class GRPORecipeConfig(TrainerConfig):
+class GRPORecipeConfig(TrainerConfig, TrainRowChoices):
     """GRPO hyperparameters. `per_device_train_batch_size` counts completions and must be a multiple of
     `num_generations` (each prompt gets a group of `num_generations` sampled completions)."""
 
@@ -95,7 +95,10 @@ def run_grpo(config: GRPORecipeConfig) -> TrainResult:
     rewards = reward_functions(config.benchmark, config.reward_functions, config.prompt_format)
     staging = prepare_output_dir(config.output_dir)
     dataset = prompt_answer_dataset(
-        config.train_file, max_samples=config.max_train_samples, chat=chat_prompts(config)
+        config.train_file,
+        max_samples=config.max_train_samples,
+        chat=chat_prompts(config),
+        moves=RowMoves.of(config),
     )
     model, tokenizer = load_model_and_tokenizer(config.model_path)
     log(

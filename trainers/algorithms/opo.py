@@ -15,11 +15,13 @@ from pydantic import Field
 
 from trainers import losses, runtime
 from trainers import onpolicy as op
+from trainers.config import TrainRowChoices
+from trainers.data import RowMoves
 from trainers.registry import Recipe, register_recipe
 from trainers.result import TrainResult
 
 
-class OPOConfig(op.OnPolicyConfig):
+class OPOConfig(op.OnPolicyConfig, TrainRowChoices):
     """OPO's knobs beyond the shared on-policy fields."""
 
     learning_rate: float = 1e-4
@@ -35,7 +37,9 @@ def run(config: OPOConfig) -> TrainResult:
     """Train with OPO and save the checkpoint and metrics.json into `config.output_dir`."""
     prompts_per_step = config.prompts_per_step()
     op.seed_everything(config.seed)
-    samples = op.load_samples(config.train_file, config.max_train_samples, op.chat_prompts(config))
+    samples = op.load_samples(
+        config.train_file, config.max_train_samples, op.chat_prompts(config), RowMoves.of(config)
+    )
     model, tokenizer = op.load_policy(config)
     reward_fn = op.benchmark_reward(config.benchmark, config.prompt_format)
     max_new = op.new_tokens_budget(config)

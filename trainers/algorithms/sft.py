@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 from pydantic import Field
 
-from trainers.config import TrainerConfig
-from trainers.data import chat_prompts, tokenized_sft_dataset
+from trainers.config import TrainerConfig, TrainRowChoices
+from trainers.data import RowMoves, chat_prompts, tokenized_sft_dataset
 from trainers.finish import finish_trl, prepare_output_dir
 from trainers.registry import Recipe, register_recipe
 from trainers.result import TrainResult
@@ -20,7 +20,7 @@ from trainers.runtime import (
 )
 
 
-class SFTRecipeConfig(TrainerConfig):
+class SFTRecipeConfig(TrainerConfig, TrainRowChoices):
     """SFT hyperparameters. Defaults lift tiny-arith by about 10-20 points in a few hundred steps on CPU (more with longer runs)."""
 
     learning_rate: float = 1e-3
@@ -51,6 +51,7 @@ def run_sft(config: SFTRecipeConfig) -> TrainResult:
         completion_only_loss=config.completion_only_loss,
         max_samples=config.max_train_samples,
         chat=chat_prompts(config),
+        moves=RowMoves.of(config),
     )
     log(f"sft: {len(dataset)} samples, model {config.model_path}, {steps_text(config)}")
     args = SFTConfig(
