@@ -468,7 +468,7 @@ RECIPE_STEP: dict[str, dict[str, Any]] = {
             "gad": {"num_generations": 2, "max_new_tokens": 3, "sft_warmup_steps": 1, "max_steps": 1},
             "oel": {"num_generations": 1, "max_new_tokens": 3, "rounds": 1, "episodes_per_round": 2},
             # random weights are never right: it samples on the device, then stops after its empty rounds
-            "rft": {"num_generations": 2, "max_new_tokens": 3, "prompts_per_round": 2},
+            "rft": {"num_generations": 2, "max_new_tokens": 3, "prompts_per_round": 2, "warmup_steps": 0},
         }
     ).items()
 }

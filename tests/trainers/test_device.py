@@ -21,6 +21,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from grader.benchmarks import get_benchmark
 from tests.support.openai_server import ScriptedOpenAIServer, reply
 from trainers import device
+from trainers.algorithms import rft
 from trainers.registry import get_recipe, list_recipes
 from trainers.tiny import build_char_tokenizer
 
@@ -48,6 +49,7 @@ CONFIGS: dict[str, dict[str, Any]] = {
         "extractor": "feedback",
     },
     "coach": {**ONPOLICY, "mode": "rl", "coach_model": "coach-model"},
+    "rft": {**ONPOLICY, "prompts_per_round": 2, "keep_per_prompt": 2, "warmup_steps": 0},
 }
 
 
@@ -119,6 +121,12 @@ def test_recipe_trains_on_the_device_and_dtype_trainers_device_picks(
     torch.set_num_threads(1)
     monkeypatch.setenv(device.DEVICE_ENV, "cpu")
     monkeypatch.setenv(device.DTYPE_ENV, "bfloat16")
+    if (
+        recipe == "rft"
+    ):  # a random micro model never answers right; accept every sample so that a step is taken
+        monkeypatch.setattr(
+            rft, "checker", lambda config: lambda completions, samples: [1.0] * len(completions)
+        )
     metrics = _run(recipe, CONFIGS[recipe], micro_model, train_file, tmp_path / "out")
     assert (metrics["device"], metrics["dtype"]) == ("cpu", "bfloat16"), metrics
     assert metrics["steps"] >= 1
