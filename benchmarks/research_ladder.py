@@ -60,6 +60,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tasks.atomic import atomic_write_text
+
 REPO = Path(__file__).resolve().parents[1]
 POLICIES = (
     "once",
@@ -468,6 +470,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         resolve_base_model(model, home)  # built once, outside the measured runs
     stamp = time.strftime("%H%M%S")
     results: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    failed: list[dict[str, Any]] = []
     report: list[str] = []
     threads = str(max(1, (os.cpu_count() or 2) // args.jobs))
     for name, rung in rungs.items():
@@ -484,8 +487,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             }  # fmt: skip
             for future in as_completed(futures):
                 policy, seed = futures[future]
-                figures = {"seed": seed, **future.result()}
+                try:
+                    figures = {"seed": seed, **future.result()}
+                except (
+                    RuntimeError
+                ) as error:  # one run that fails is reported and left out; the ladder goes on
+                    failed.append({"rung": name, "policy": policy, "seed": seed, "error": str(error)[-800:]})
+                    print(f"  {name}-{policy}-{seed}: FAILED {str(error)[-400:]}", flush=True)
+                    continue
                 by_policy[policy].append(figures)
+                results[name] = by_policy
+                _save(
+                    args.out, args, home, results, failed
+                )  # after every run: a ladder cut short keeps its runs
                 print(
                     f"  {name}-{policy}-{seed}: private {_private(figures):.3f} (base {figures['baseline_private']}), "
                     f"compute {figures['compute_s']} s, {figures['submissions']} submissions, {figures['wall_s']} s wall",
@@ -507,12 +521,24 @@ def main(argv: Sequence[str] | None = None) -> int:
             lines.append(f"  plot: {args.plots / f'ladder_{name}.png'}")
         print("\n".join(lines), flush=True)
         report += lines
+    if failed:
+        report.append(f"failed runs (left out above): {len(failed)}")
+        report += [f"  {f['rung']}-{f['policy']}-{f['seed']}: {f['error'][-200:]}" for f in failed]
     print("\n".join(["", *report]))
-    if args.out:
-        args.out.write_text(
-            json.dumps({"args": vars(args) | {"home": str(home)}, "runs": results}, default=str)
-        )
-    return 0
+    _save(args.out, args, home, results, failed)
+    return 1 if failed else 0
+
+
+def _save(
+    out: Path | None,
+    args: argparse.Namespace,
+    home: Path,
+    results: dict[str, dict[str, list[dict[str, Any]]]],
+    failed: list[dict[str, Any]],
+) -> None:
+    if out is not None:
+        payload = {"args": vars(args) | {"home": str(home)}, "runs": results, "failed": failed}
+        atomic_write_text(out, json.dumps(payload, default=str))
 
 
 if __name__ == "__main__":
