@@ -179,7 +179,11 @@ GRIDS: dict[str, Grid] = {
     ),
 }
 SMOKE = Grid(
-    3, (route("sft lr 2e-3", sft(3, 2e-3)), route("sft 2, then rft", sft(2), rft(1, checker="score")))
+    3,
+    (
+        route("sft lr 2e-3", sft(3, 2e-3)),
+        route("sft 2, then rft", sft(2), rft(1, checker="score", warmup_steps=0)),
+    ),
 )
 
 
@@ -218,9 +222,13 @@ def describe_default(rung: Rung, grid: Grid, schedule: str) -> str:
     recipe = rung.recipes.split(",")[0]
     fields = get_recipe(recipe).config_class.model_fields
     rate = fields["learning_rate"].default
-    warm = fields["warmup_steps"].default if "warmup_steps" in fields else 0
+    steps = fields["warmup_steps"].default if "warmup_steps" in fields else None
+    ratio = fields["warmup_ratio"].default if "warmup_ratio" in fields else 0.0
+    warm = f"{steps} steps" if steps is not None else f"{ratio:.0%} of the steps"
     kind = "linear" if schedule == "linear" else fields["lr_scheduler_type"].default
-    return f"{recipe} at its defaults (lr {rate:g}, warm-up {warm} steps, {kind} schedule), {grid.budget_steps} steps"
+    return (
+        f"{recipe} at its defaults (lr {rate:g}, warm-up {warm}, {kind} schedule), {grid.budget_steps} steps"
+    )
 
 
 def train_file(work: Path, benchmark: str) -> Path:

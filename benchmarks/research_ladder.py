@@ -37,13 +37,14 @@ paired by seed; then the rung's property check:
   trials) differ by more than 3 standard errors (trial valid scores): the widest-apart pair is printed, with how many
   pairs were compared.
 
-`--quick`: the arith rung at four 10-s trials, 3 seeds of (a), (b) and the tree; `--smoke` (the suite's check that it runs end to end):
+`--quick`: the arith-noisy rung at four 16-s trials, 3 seeds of (a) and the built-in default; `--smoke` (the suite's check that it runs end to end):
 one seed, two 4-second trials, (a) and the tree, nothing ranked. `--plots DIR` writes one PNG per rung.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -60,6 +61,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agent.proposers import BUILTIN_POLICY
 from tasks.atomic import atomic_write_text
 
 REPO = Path(__file__).resolve().parents[1]
@@ -83,6 +85,7 @@ PROPOSER = {
 # Optuna's samplers act only past their random start-up: they get the same compute cut into this many times the
 # trials, each that much shorter
 NUMERIC_SPLIT = {"optuna": 2, "cmaes": 2}
+QUICK_RUNG = "arith-noisy"  # --quick: a rung where the default recipe is not the answer
 LESSON_SEED = 100  # the memory policy's first run uses seed + LESSON_SEED
 FLOOR, CEILING, ONE_TRIAL_MAX, REACHABLE_GAIN, REGION_SE = 0.05, 0.40, 0.70, 0.15, 3.0
 REGION_MIN_TRIALS = 3  # a region's standard error from fewer trials is too rough to call two regions apart
@@ -432,7 +435,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument(
-        "--quick", action="store_true", help="arith, 4 x 10 s; 3 seeds of once, seeds and tree"
+        "--quick",
+        action="store_true",
+        help=f"{QUICK_RUNG}, 4 x 16 s; 3 seeds of once and the built-in default",
     )
     parser.add_argument("--smoke", action="store_true", help="end to end only: one seed, two 4-s trials")
     parser.add_argument("--rungs", default=",".join(RUNGS))
@@ -455,11 +460,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     unknown = [p for p in policies if p not in POLICIES]
     if unknown:
         parser.error(f"unknown policies {unknown}: choose from {', '.join(POLICIES)}")
-    if args.quick:  # four 10-s trials a run, 3 seeds of (a), (b) and the tree: about 20 minutes on 2 cores
-        quick = Rung(
-            "arith", "tiny-arith", "sft,grpo", trial_seconds=14, trials=4, eval_limit=300, valid_limit=200
-        )
-        rungs, policies, args.seeds = {"arith": quick}, ["once", "seeds", "tree"], 3
+    if (
+        args.quick
+    ):  # a new rung at four 16-s trials, 3 seeds of (a) and the built-in default: about 15 minutes
+        quick = dataclasses.replace(RUNGS[QUICK_RUNG], trials=4, eval_limit=300, valid_limit=200)
+        rungs, policies, args.seeds = {QUICK_RUNG: quick}, ["once", BUILTIN_POLICY], 3
     if args.smoke:
         smoke = Rung("arith", "tiny-arith", "sft", trial_seconds=10, trials=2, eval_limit=60, valid_limit=60)
         rungs, policies, args.seeds = {"arith": smoke}, ["once", "tree"], 1

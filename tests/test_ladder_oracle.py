@@ -76,7 +76,9 @@ def test_the_oracle_runs_end_to_end(
     assert all(0.0 <= r["score"] <= 1.0 and r["cpu_s"] > 0 and r["n"] == 40 for r in runs)
     assert [r["steps"] for r in runs if r["entry"] == "sft 2, then rft"] == [[2, 1], [2, 1]]
     printed = capsys.readouterr().out
-    assert "(a) = sft at its defaults (lr 0.001, warm-up 20 steps, linear schedule), 3 steps" in printed
+    assert (
+        "(a) = sft at its defaults (lr 0.001, warm-up 5% of the steps, linear schedule), 3 steps" in printed
+    )
     assert "(e) " in printed
     assert len(resume.read_text().splitlines()) == 6
     assert ladder_oracle.main(argv) == 0  # everything reused from the resume file

@@ -27,6 +27,7 @@ from agent.loop.validation import (
     clearly_apart,
     load_validation,
     paired_gain_low,
+    paired_gain_mean,
     valid_samples,
     validate,
     validation_file,
@@ -221,9 +222,15 @@ class Screened(RunResources):
         if state.get("submissions", 0) >= self.submission_cap:
             return None, ""
         ref, ref_name = self.reference(state)
-        if ref is not None and (best.valid_score or 0.0) <= ref.score:
-            return None, ""
-        above = f", above {ref_name}'s {ref.score:.3f}" if ref is not None else ""
+        above = ""
+        if ref is not None:
+            mine = load_validation(validation_file(self.paths.trials_dir, best.trial_id))
+            gain = paired_gain_mean(mine, ref) if mine is not None and ref.samples else None
+            if gain is None:
+                gain = (best.valid_score or 0.0) - ref.score
+            if gain <= 0:  # no better on valid: on the samples both scored, where both kept theirs
+                return None, ""
+            above = f", {gain:+.3f} over {ref_name} on the valid samples both scored"
         return best, (
             f"submitted at the end: the best trial by valid score ({best.valid_score:.3f}{above}); kept back "
             "mid-run as not better beyond noise"

@@ -206,6 +206,15 @@ def clearly_apart(scores: list[float], reference: float, *, level: float = EARLY
     return low > reference or high < reference
 
 
+def paired_gain_mean(new: Validation, ref: Validation) -> float | None:
+    """`new`'s mean gain over `ref` on the samples both scored (paired by id), or None when they share none. Two
+    validations may have stopped after different numbers of samples (`clearly_apart`): their scores are means over
+    different samples, and only the shared ones compare like with like."""
+    theirs = ref.by_id()
+    diffs = [s.correct - theirs[s.id] for s in new.samples if s.id in theirs]
+    return sum(diffs) / len(diffs) if diffs else None
+
+
 def paired_gain_low(
     new: Validation, ref: Validation, *, resamples: int = 1000, seed: int = 0
 ) -> float | None:

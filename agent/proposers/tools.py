@@ -324,6 +324,10 @@ class TrialLogArgs(TrialArgs):
 
 def _trial_log(env: ToolEnv, args: TrialLogArgs) -> ToolOutput:
     env.trial_dir(args.trial_id)  # a trial id, or ToolFailure
+    owner = args.trial_id.removesuffix("-smoke")  # a smoke run's log belongs to its trial
+    record = next((t for t in env.trials if t.trial_id == owner), None)
+    if record is None:  # not finished: a warm sandbox waiting for its go has a log that says only that
+        raise ToolFailure(f"trial {args.trial_id} has no log yet (it has not run); trials: {env.trial_ids()}")
     try:  # the host's capture of the trial's output (never a file in the trial's own folder)
         text = untrusted.tail_text(env.records, f"{args.trial_id}/log.txt", max_bytes=256 * 1024)
     except FileNotFoundError:
@@ -334,8 +338,7 @@ def _trial_log(env: ToolEnv, args: TrialLogArgs) -> ToolOutput:
     parts = [f"last {len(tail)} lines of trials/{args.trial_id}/log.txt:", *tail]
     if untrusted.is_file(env.records, f"{args.trial_id}/metrics.json"):  # the host's copy: numbers only
         parts += ["", "train metrics:", env.read(args.trial_id, "metrics.json", max_bytes=64 * 1024)[:3000]]
-    record = next((t for t in env.trials if t.trial_id == args.trial_id), None)
-    if record is not None:
+    if owner == args.trial_id:
         score = "not scored" if record.score is None else f"{record.score:.4f}"
         parts += [
             "",

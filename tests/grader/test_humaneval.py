@@ -113,7 +113,13 @@ def _exec_dirs() -> set[str]:
     return {p.name for p in Path(tempfile.gettempdir()).iterdir() if p.name.startswith("rlloop-")}
 
 
-def test_hostile_programs_are_contained(tmp_path: Path, listener: Listener) -> None:
+def test_hostile_programs_are_contained(
+    tmp_path: Path, listener: Listener, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the job's folders in a temp folder of this test's own: other tests running beside it make theirs in /tmp
+    private = tmp_path / "tmp"
+    private.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(private))
     marker = f"rlloop-bg-{os.getpid()}-{time.monotonic_ns()}"
     outside = tmp_path / "outside"
     outside.mkdir(mode=0o777)
