@@ -12,10 +12,12 @@ Nothing is shared with another trial: the sandbox, its folders and this process 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import runpy
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -116,16 +118,25 @@ def main(argv: list[str] | None = None) -> int:
     if len(args) != 1:
         print("usage: python -m trainers.warm GO_FILE", file=sys.stderr)
         return 2
-    # the previous trial trains meanwhile, and the host then validates it: their work goes first. Nothing else runs
-    # once the go comes (one trial at a time), so the trial trains as fast niced as not.
-    os.nice(WARM_NICENESS)
-    import_library()
-    prepare_data()
-    print("[trainers] warm: the trainer library is imported; waiting for the trial's go", flush=True)
+    warming = threading.Thread(target=warm_up, name="warm-up", daemon=True)
+    warming.start()
     go = wait_for(Path(args[0]))
     if go is None or go.get("cancel"):
         return 0
+    warming.join()  # a go before the imports ended: they finish first (the trial would import them anyway)
     return run(go)
+
+
+def warm_up() -> None:
+    """The imports and the data, in a thread of its own at a lower priority: the previous trial trains meanwhile,
+    and the host then validates it; their work goes first. Only this thread is niced (Linux niceness is a thread's),
+    and a process cannot take back a niceness it gave up: the trial itself trains in the main thread at the
+    priority it was started with, beside other runs' trials on a shared machine."""
+    with contextlib.suppress(OSError):
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), WARM_NICENESS)
+    import_library()
+    prepare_data()
+    print("[trainers] warm: the trainer library is imported; waiting for the trial's go", flush=True)
 
 
 if __name__ == "__main__":
