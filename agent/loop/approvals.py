@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from agent.proposers.base import Proposal, TrialRecord
+from agent.core.records import Proposal, TrialRecord
 from agent.run.workspace import atomic_write_json
 
 

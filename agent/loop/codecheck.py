@@ -3,9 +3,9 @@ on a few examples, in the sandbox). A failure goes back to the proposer to repai
 
 from __future__ import annotations
 
+from agent.core.records import TrialRecord
 from agent.loop.resources import RunResources
 from agent.loop.trials import TrialSetupError, checkpoint_ready
-from agent.proposers.base import TrialRecord
 from agent.proposers.static_check import check_code
 
 

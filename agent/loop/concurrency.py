@@ -24,10 +24,10 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from agent.core.records import Proposal, ProposalContext, TrialRecord
+from agent.loop.context import RunContext
 from agent.loop.resources import RunResources
 from agent.loop.trials import TrialSetupError, verify_checkpoint
-from agent.proposers.base import Proposal, ProposalContext, TrialRecord
-from agent.run.context import RunContext
 from agent.run.interrupts import failpoint
 from agent.run.workspace import RunPaths, atomic_write_json
 from sandbox import untrusted

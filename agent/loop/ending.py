@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from agent.core.records import TrialRecord
 from agent.loop.graph import LoopState
 from agent.loop.resources import RunResources
-from agent.proposers.base import TrialRecord
 from agent.run.finish import (
     best_checkpoint,
     close_tracking,

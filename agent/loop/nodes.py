@@ -15,6 +15,7 @@ from typing import Any
 
 from langgraph.types import interrupt
 
+from agent.core.records import Proposal, ProposalContext, TrialRecord
 from agent.llm.errors import LLMBudgetExhaustedError, LLMUnavailableError
 from agent.loop import approvals, concurrency, prewarm
 from agent.loop.codecheck import check_and_repair
@@ -22,7 +23,7 @@ from agent.loop.ending import finalize
 from agent.loop.graph import LoopState
 from agent.loop.submission import Screened
 from agent.loop.trials import TrialSetupError, allowed_recipes, outcome
-from agent.proposers.base import Proposal, ProposalContext, SearchDone, TrialRecord
+from agent.proposers.base import SearchDone
 from agent.run.finish import (
     FINISH_RESERVE_S,
 )
@@ -351,19 +352,16 @@ class Research(Screened):
             record.status, record.error = "failed", str(exc)
             self.reporter.error(f"{record.trial_id}: {exc}")
             return {"current": record.model_dump(mode="json")}
-        sealed, scored = record.checkpoint_sha256, answer.get("files_sha256")
+        sealed, scored = record.checkpoint_sha256, answer.files_sha256
         if sealed and scored and sealed != scored:  # cannot happen while trials write only their own folder
             self.reporter.error(
                 f"{record.trial_id}: the grader scored files (sha256 {scored[:12]}) other than the checkpoint sealed "
                 f"when the trial ended ({sealed[:12]})"
             )
-        record.score = float(answer["score"])
-        record.submission_id = answer.get("submission_id")
-        record.grading = {**answer, "wall_s": round(time.monotonic() - started, 3)}
-        return {
-            "current": record.model_dump(mode="json"),
-            "submissions": int(answer.get("total_submissions", 0)),
-        }
+        record.score = answer.score
+        record.submission_id = answer.submission_id
+        record.grading = {**answer.model_dump(mode="json"), "wall_s": round(time.monotonic() - started, 3)}
+        return {"current": record.model_dump(mode="json"), "submissions": answer.total_submissions}
 
     def record(self, state: LoopState) -> dict[str, Any]:
         record = TrialRecord.model_validate(state["current"])

@@ -19,11 +19,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal, cast
 
+from agent.core.records import TrialRecord, Validation
 from agent.loop.graph import LoopState
 from agent.loop.resources import RunResources
 from agent.loop.validation import (
     BASE_ID,
-    Validation,
     clearly_apart,
     load_validation,
     paired_gain_low,
@@ -31,7 +31,6 @@ from agent.loop.validation import (
     validate,
     validation_file,
 )
-from agent.proposers.base import TrialRecord
 from agent.run.interrupts import failpoint
 from grader.config import EvalConfig
 from grader.figures import run_figures

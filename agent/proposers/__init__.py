@@ -4,17 +4,31 @@ name in `PROPOSERS` (plugins: the `rlloop.proposers` entry point group); `RunCon
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from tasks.plugins import Registry
+from agent.core.proposes import Proposes
+from agent.core.records import Proposal, ProposalContext, TrialRecord
+from agent.proposers.base import Proposer, ProposerBase, RunView, SearchDone, with_hooks
+from agent.run.plugins import PROPOSERS, ProposerFactory
 
 if TYPE_CHECKING:
     from agent.llm.budget import Budget
-    from agent.proposers.base import Proposer, Proposes
     from agent.run.config import RunConfig
 
-ProposerFactory = Callable[["RunConfig", "Budget"], "Proposes"]
+__all__ = [
+    "PROPOSERS",
+    "Proposal",
+    "ProposalContext",
+    "Proposer",
+    "ProposerBase",
+    "ProposerFactory",
+    "Proposes",
+    "RunView",
+    "SearchDone",
+    "TrialRecord",
+    "make_proposer",
+    "register_builtins",
+]
 
 
 # what `builtin` (the default without a driver model) runs; measured in benchmarks/research_ladder.py
@@ -87,7 +101,8 @@ def _llm(config: RunConfig, budget: Budget) -> Proposes:
     )
 
 
-def _register_builtins() -> None:
+def register_builtins() -> None:
+    """The built-in proposers, registered in `PROPOSERS` (which calls this when it is first used)."""
     PROPOSERS.register("builtin", _builtin)
     PROPOSERS.register("greedy", _greedy)
     PROPOSERS.register("tree", _tree)
@@ -100,13 +115,6 @@ def _register_builtins() -> None:
     PROPOSERS.register("llm", _llm)
 
 
-PROPOSERS: Registry[ProposerFactory] = Registry(
-    "proposer", "rlloop.proposers", builtins=_register_builtins, reserved=("auto",)
-)
-
-
 def make_proposer(config: RunConfig, budget: Budget) -> Proposer:
     """The proposer `config` names (`config.proposer_name` resolves "auto"), with the loop's hooks."""
-    from agent.proposers.base import with_hooks
-
     return with_hooks(PROPOSERS.get(config.proposer_name)(config, budget))

@@ -22,12 +22,12 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from agent.core.records import Proposal, ProposalContext
 from agent.llm.budget import Budget
 from agent.llm.client import CallRecord, ChatReply, LLMClient, LLMSettings, Message
 from agent.llm.errors import LLMError, LLMUnavailableError
 from agent.llm.pricing import PriceTable
-from agent.loop.proposal_paths import closed_field_problems, proposal_problems
-from agent.proposers.base import Proposal, ProposalContext, ProposerBase, RunView
+from agent.proposers.base import ProposerBase, RunView
 from agent.proposers.prompts import (
     echo,
     proposal_prompt,
@@ -38,6 +38,7 @@ from agent.proposers.prompts import (
     tool_budget_spent,
     tools_note,
 )
+from agent.proposers.proposal_paths import closed_field_problems, proposal_problems
 from agent.proposers.recipes import RecipeCatalog
 from agent.proposers.static_check import check_code
 from agent.proposers.tools import ToolCallRecord, ToolEnv, call_tool, tool_specs

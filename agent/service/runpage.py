@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from agent.proposers.base import TrialRecord
+from agent.core.records import TrialRecord
 from agent.run.headline import Headline, run_headline
 from agent.run.status import read_state
 from agent.service.lineage import (

@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-from agent.proposers.base import TrialRecord
+from agent.core.records import TrialRecord
 from agent.run.status import RunRow, read_state, run_row
 from agent.service.records import REQUEST_NAME, WORKER_LOG_NAME, WorkerRecord
 from agent.service.schemas import Links, PendingApproval, RunDetail, RunSummary, TrialView, WorkerView

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
+from agent.core.records import Proposal, ProposalContext, TrialRecord
 from agent.llm.budget import Budget, BudgetLimits
 from agent.loop.concurrency import finished, more_proposals, outcome_file, split_request, trial_cpus, width
-from agent.proposers.base import Proposal, ProposalContext, TrialRecord
 from agent.proposers.tree import TreeProposer
 from agent.run.config import RunConfig
 from agent.run.reporting import Reporter

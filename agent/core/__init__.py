@@ -1,0 +1,23 @@
+"""The bottom of agent/: the run's records, shared by every part above and importing none of them."""
+
+from agent.core.records import (
+    CEILING,
+    Operator,
+    Proposal,
+    ProposalContext,
+    TrialRecord,
+    TrialStatus,
+    Validation,
+    ValidSample,
+)
+
+__all__ = [
+    "CEILING",
+    "Operator",
+    "Proposal",
+    "ProposalContext",
+    "TrialRecord",
+    "TrialStatus",
+    "ValidSample",
+    "Validation",
+]
