@@ -614,8 +614,9 @@ def agent_sandbox(config: RunConfig, reporter: Reporter, coding_agents: bool = F
     problem = missing_agent_image(config.sandbox, coding_agents=coding_agents)
     if problem is not None:
         raise AgentImageMissingError(problem)
-    if resolve_auto(AGENT_IMAGE).name == "docker":  # docker usable with the agent image
-        return get_sandbox("docker", image=AGENT_IMAGE)
+    choice = resolve_auto(AGENT_IMAGE)  # docker usable with the agent image: docker, running that image
+    if choice.name == "docker":
+        return get_sandbox("docker", image=choice.image)
     return open_sandbox(config, reporter, require_isolation=True)
 
 

@@ -57,10 +57,9 @@ def build_context(started: StartedRun, reporter: Reporter) -> RunContext:
     write_recipe_catalog(paths, reporter)
     sandbox = open_sandbox(config, reporter, require_isolation=False)
     # trials placed on other machines (ray): each machine must see the run's folder, else the run stops here
-    check_storage = getattr(sandbox, "check_shared_storage", None)
-    if callable(check_storage):
+    if sandbox.places_on_nodes:
         with reporter.watching("checking that every node that may run trials sees the run's folder"):
-            nodes = check_storage(paths.run_dir, paths.home)
+            nodes = sandbox.check_shared_storage(paths.run_dir, paths.home)
         reporter.info(f"shared storage: {len(nodes)} trial node(s) see {paths.run_dir}")
     reporter.info(f"proposer: {proposer.name} | sandbox: {sandbox.name} | workspace: {paths.workspace}")
     return RunContext(

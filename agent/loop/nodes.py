@@ -245,7 +245,7 @@ class Research(Screened):
             try:
                 request = self.trial_request(record.proposal, record.trial_id, trials, timeout_s)
                 request = concurrency.split_request(
-                    request, self.config, k, slot, self.devices, self.sandbox.name
+                    request, self.config, k, slot, self.devices, self.sandbox.schedules_resources
                 )
                 # the trial's clock starts here, with the host's work for it: its max_seconds count from now
                 env = {**request.env, TRIAL_STARTED_ENV: f"{started:.3f}"}
@@ -269,10 +269,10 @@ class Research(Screened):
             self.exit_estimate_s = min(max(record.duration_s - trainer_wall, 0.0), EXIT_ESTIMATE_MAX_S)
         record.sandbox = {"backend": result.backend, "image_digest": result.image_digest}
         # a backend that places trials on other machines (ray) says where this one ran
-        node = getattr(result, "node", None)
+        node = result.node
         if node:
             record.sandbox["node"] = dict(node)
-            record.sandbox["gpus"] = list(getattr(result, "gpus", []))
+            record.sandbox["gpus"] = list(result.gpus)
             self.reporter.info(
                 f"    {record.trial_id} ran on node {node.get('node_id', '?')} ({node.get('hostname', '?')}, "
                 f"{node.get('node_ip', '?')})"

@@ -83,8 +83,7 @@ def check_proposal(proposal: Proposal, *, seen: TrialView) -> None:
 def python_for(sandbox: Sandbox) -> str:
     """The interpreter a trial runs with, as its backend declares it (`python`: ours for local processes, the
     image's for containers); "python" on the trial's PATH for a backend that declares none."""
-    declared = getattr(sandbox, "python", None)
-    return declared if isinstance(declared, str) and declared else "python"
+    return sandbox.python or "python"
 
 
 def start_checkpoint(

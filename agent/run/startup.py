@@ -141,7 +141,7 @@ def open_sandbox(config: RunConfig, reporter: Reporter, *, require_isolation: bo
     sandbox = get_sandbox(config.sandbox, **opts)
     if isolation_of(sandbox) != "none":
         return sandbox
-    why = getattr(sandbox, "isolation_reason", "") or f"the {sandbox.name} backend does not isolate trials"
+    why = sandbox.isolation_reason or f"the {sandbox.name} backend does not isolate trials"
     if require_isolation:
         raise IsolationRequiredError(
             f"this run runs untrusted code and must be isolated, but no isolation can be had here ({why}): build the docker "
