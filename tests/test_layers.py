@@ -259,3 +259,48 @@ def test_the_parts_of_agent_import_only_the_parts_below_them() -> None:
     assert not wrong, "an import upwards or sideways between the parts of agent/:\n" + "\n".join(
         sorted(wrong)
     )
+
+
+def _face(part: str) -> set[str]:
+    """The names a part of agent/ lets the others use: the `__all__` of its `__init__.py`."""
+    tree = ast.parse((ROOT / "agent" / part / "__init__.py").read_text(encoding="utf-8"))
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "__all__" for t in node.targets):
+            return {str(ast.literal_eval(element)) for element in node.value.elts}  # type: ignore[attr-defined]
+    return set()
+
+
+def test_every_part_of_agent_has_a_face() -> None:
+    faceless = sorted(part for parts in AGENT_LAYERS for part in parts if not _face(part))
+    assert not faceless, (
+        f"declare what each part lets the others use (`__all__` in its __init__.py): {faceless}"
+    )
+
+
+def test_the_parts_of_agent_use_each_other_through_their_faces() -> None:
+    """One part imports another's names from its package (`from agent.run import RunConfig`), and only names in
+    that package's `__all__`; its modules are its own business."""
+    wrong = []
+    for module, path in MODULES.items():
+        source = _agent_part(module)
+        if source is None:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                named = [alias.name for alias in node.names if _agent_part(alias.name) not in (None, source)]
+                wrong += [f"{path.relative_to(ROOT)}:{node.lineno} imports {name}" for name in named]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                target = _agent_part(node.module)
+                if target in (None, source):
+                    continue
+                if node.module != f"agent.{target}":
+                    wrong.append(
+                        f"{path.relative_to(ROOT)}:{node.lineno} imports from {node.module}, not agent.{target}"
+                    )
+                    continue
+                hidden = sorted({alias.name for alias in node.names} - _face(target))
+                if hidden:
+                    wrong.append(
+                        f"{path.relative_to(ROOT)}:{node.lineno} uses {hidden}, not in agent.{target}.__all__"
+                    )
+    assert not wrong, "imports past a part's face:\n" + "\n".join(wrong)

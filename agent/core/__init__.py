@@ -1,5 +1,6 @@
 """The bottom of agent/: the run's records, shared by every part above and importing none of them."""
 
+from agent.core.proposes import Proposes
 from agent.core.records import (
     CEILING,
     Operator,
@@ -16,6 +17,7 @@ __all__ = [
     "Operator",
     "Proposal",
     "ProposalContext",
+    "Proposes",
     "TrialRecord",
     "TrialStatus",
     "ValidSample",

@@ -24,17 +24,16 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agent.core.records import Proposal, ProposalContext, TrialRecord
+from agent.core import Proposal, ProposalContext, TrialRecord
 from agent.loop.context import RunContext
 from agent.loop.resources import RunResources
 from agent.loop.trials import TrialSetupError, verify_checkpoint
-from agent.run.interrupts import failpoint
-from agent.run.workspace import RunPaths, atomic_write_json
+from agent.run import RunPaths, atomic_write_json, failpoint
 from sandbox import untrusted
 from sandbox.base import SandboxRequest
 
 if TYPE_CHECKING:
-    from agent.run.config import RunConfig
+    from agent.run import RunConfig
     from sandbox.devices import DevicePlan
 
 OUTCOME = "outcome.json"

@@ -9,17 +9,20 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from agent.proposers import make_proposer
-from agent.run.models import resolve_base_model
-from agent.run.startup import StartedRun, make_budget, open_sandbox, write_recipe_catalog
-from agent.run.workspace import prepare_workspace
+from agent.run import (
+    StartedRun,
+    make_budget,
+    open_sandbox,
+    prepare_workspace,
+    resolve_base_model,
+    write_recipe_catalog,
+)
 from grader.benchmarks import get_benchmark
 
 if TYPE_CHECKING:
-    from agent.llm.budget import Budget
+    from agent.llm import Budget
     from agent.proposers import Proposer
-    from agent.run.config import RunConfig
-    from agent.run.reporting import Reporter
-    from agent.run.workspace import RunPaths
+    from agent.run import Reporter, RunConfig, RunPaths
     from grader.benchmarks import Benchmark
     from sandbox.base import Sandbox
     from sandbox.devices import DevicePlan

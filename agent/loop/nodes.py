@@ -15,22 +15,16 @@ from typing import Any
 
 from langgraph.types import interrupt
 
-from agent.core.records import Proposal, ProposalContext, TrialRecord
-from agent.llm.errors import LLMBudgetExhaustedError, LLMUnavailableError
+from agent.core import Proposal, ProposalContext, TrialRecord
+from agent.llm import LLMBudgetExhaustedError, LLMUnavailableError
 from agent.loop import approvals, concurrency, prewarm
 from agent.loop.codecheck import check_and_repair
 from agent.loop.ending import finalize
 from agent.loop.graph import LoopState
 from agent.loop.submission import Screened
 from agent.loop.trials import TrialSetupError, allowed_recipes, outcome
-from agent.proposers.base import SearchDone
-from agent.run.finish import (
-    FINISH_RESERVE_S,
-)
-from agent.run.grading import GraderError
-from agent.run.interrupts import failpoint
-from agent.run.reporting import submission_flags
-from agent.run.tracking import traced_nodes
+from agent.proposers import SearchDone
+from agent.run import FINISH_RESERVE_S, GraderError, failpoint, submission_flags, traced_nodes
 from grader.figures import run_figures
 from sandbox.base import SandboxResult
 from trainers.schedule import TRIAL_STARTED_ENV
@@ -442,7 +436,7 @@ class Research(Screened):
         graded, update = self.submit_at_end(state, self.submit) if status != "failed" else (state, {})
         final = finalize(self, graded, success=status != "failed", status=status, reason=reason)
         if self.config.memory:  # lessons for later runs on this benchmark and model (agent.proposers.memory)
-            from agent.proposers.memory import remember_run
+            from agent.proposers import remember_run
 
             c, trials = self.config, self.trials(graded)
             baseline = graded.get("baseline_score")

@@ -12,8 +12,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agent.core.records import Proposal, TrialRecord
-from agent.llm.budget import Budget
+from agent.core import Proposal, TrialRecord
+from agent.llm import Budget
 from agent.loop import prewarm
 from agent.loop.context import RunContext
 from agent.loop.graph import LoopState
@@ -26,12 +26,8 @@ from agent.loop.trials import (
     python_for,
     trial_request,
 )
-from agent.proposers.base import Proposer
-from agent.run.config import RunConfig
-from agent.run.grading import GraderProcess
-from agent.run.reporting import Reporter
-from agent.run.tracking import Tracker
-from agent.run.workspace import RunPaths
+from agent.proposers import Proposer
+from agent.run import GraderProcess, Reporter, RunConfig, RunPaths, Tracker
 from grader.benchmarks import Benchmark
 from sandbox import untrusted
 from sandbox.base import Sandbox, SandboxRequest, maps_paths

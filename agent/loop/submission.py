@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal, cast
 
-from agent.core.records import TrialRecord, Validation
+from agent.core import TrialRecord, Validation
 from agent.loop.graph import LoopState
 from agent.loop.resources import RunResources
 from agent.loop.validation import (
@@ -31,7 +31,7 @@ from agent.loop.validation import (
     validate,
     validation_file,
 )
-from agent.run.interrupts import failpoint
+from agent.run import failpoint
 from grader.config import EvalConfig
 from grader.figures import run_figures
 

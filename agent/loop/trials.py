@@ -22,9 +22,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from agent.core.records import Proposal, TrialRecord
-from agent.proposers.proposal_paths import closed_field_problems, proposal_problems
-from agent.run.workspace import RunPaths, atomic_write_json, atomic_write_text
+from agent.core import Proposal, TrialRecord
+from agent.proposers import closed_field_problems, proposal_problems
+from agent.run import RunPaths, atomic_write_json, atomic_write_text
 from sandbox import untrusted
 from sandbox.base import Mount, Sandbox, SandboxRequest, SandboxResult, maps_paths
 from sandbox.namespaces import hand_to_sandbox_user

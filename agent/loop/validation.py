@@ -23,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from agent.core.records import Validation, ValidSample
+from agent.core import Validation, ValidSample
 from grader.benchmarks.base import Benchmark, Sample
 from grader.config import EvalConfig
 from grader.stats import bootstrap_ci

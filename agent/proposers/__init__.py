@@ -4,18 +4,27 @@ name in `PROPOSERS` (plugins: the `rlloop.proposers` entry point group); `RunCon
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
 
-from agent.core.proposes import Proposes
-from agent.core.records import Proposal, ProposalContext, TrialRecord
+from agent.core import Proposal, ProposalContext, Proposes, TrialRecord
 from agent.proposers.base import Proposer, ProposerBase, RunView, SearchDone, with_hooks
-from agent.run.plugins import PROPOSERS, ProposerFactory
+from agent.run import PROPOSERS, ProposerFactory
 
 if TYPE_CHECKING:
-    from agent.llm.budget import Budget
-    from agent.run.config import RunConfig
+    from agent.llm import Budget
+    from agent.proposers.memory import remember_run
+    from agent.proposers.proposal_paths import (
+        LOOP_OWNED_FIELDS,
+        closed_field_problems,
+        is_path_name,
+        proposal_problems,
+    )
+    from agent.proposers.static_check import check_code
+    from agent.run import RunConfig
 
 __all__ = [
+    "LOOP_OWNED_FIELDS",
     "PROPOSERS",
     "Proposal",
     "ProposalContext",
@@ -26,8 +35,13 @@ __all__ = [
     "RunView",
     "SearchDone",
     "TrialRecord",
+    "check_code",
+    "closed_field_problems",
+    "is_path_name",
     "make_proposer",
+    "proposal_problems",
     "register_builtins",
+    "remember_run",
 ]
 
 
@@ -118,3 +132,24 @@ def register_builtins() -> None:
 def make_proposer(config: RunConfig, budget: Budget) -> Proposer:
     """The proposer `config` names (`config.proposer_name` resolves "auto"), with the loop's hooks."""
     return with_hooks(PROPOSERS.get(config.proposer_name)(config, budget))
+
+
+# The face of this part: what the other parts of agent/ may use of it (tests/test_layers.py holds them to it), each
+# name loaded from the module that defines it on first use, so importing one module of the part loads no other.
+_FACE: dict[str, str] = {
+    "LOOP_OWNED_FIELDS": "agent.proposers.proposal_paths",
+    "check_code": "agent.proposers.static_check",
+    "closed_field_problems": "agent.proposers.proposal_paths",
+    "is_path_name": "agent.proposers.proposal_paths",
+    "proposal_problems": "agent.proposers.proposal_paths",
+    "remember_run": "agent.proposers.memory",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _FACE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = import_module(module) if module == f"{__name__}.{name}" else getattr(import_module(module), name)
+    globals()[name] = value
+    return value

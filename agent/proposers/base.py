@@ -5,14 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, cast, runtime_checkable
 
-from agent.core.proposes import Proposes
-from agent.core.records import Proposal, ProposalContext
+from agent.core import Proposal, ProposalContext, Proposes
 
 if TYPE_CHECKING:
-    from agent.llm.budget import Budget
-    from agent.run.config import RunConfig
-    from agent.run.reporting import Reporter
-    from agent.run.workspace import RunPaths
+    from agent.llm import Budget
+    from agent.run import Reporter, RunConfig, RunPaths
     from sandbox.base import Sandbox, SandboxResult
 
 

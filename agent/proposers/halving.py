@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from agent.core.records import Proposal, ProposalContext, TrialRecord
+from agent.core import Proposal, ProposalContext, TrialRecord
 from agent.proposers.base import ProposerBase, SearchDone
 from agent.proposers.builtin import trial_budget, value
 from agent.proposers.data_moves import carried, data_report

@@ -30,10 +30,10 @@ from sandbox import untrusted
 from tasks.plugins import Registry
 
 if TYPE_CHECKING:
-    from agent.core.records import TrialRecord
-    from agent.llm.budget import Budget
+    from agent.core import TrialRecord
+    from agent.llm import Budget
     from agent.proposers.base import RunsScripts, RunView
-    from agent.run.workspace import RunPaths
+    from agent.run import RunPaths
 
 MAX_RESULT_CHARS = 6000  # what one tool result may put in the prompt
 MAX_SOURCE_CHARS = 12000
@@ -288,7 +288,7 @@ def _validation_results(env: ToolEnv, args: ValidationArgs) -> ToolOutput:
             f"trial {args.trial_id} has no validation results (no trials/{args.trial_id}/validation.json); "
             f"trials: {env.trial_ids()}"
         )
-    from agent.core.records import Validation
+    from agent.core import Validation
 
     try:  # the host's own file, read back only in its own shape
         data = Validation.model_validate_json(env.read(args.trial_id, "validation.json")).model_dump()

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 from tasks.plugins import Registry
 
 if TYPE_CHECKING:
-    from agent.core.proposes import Proposes
-    from agent.llm.budget import Budget
+    from agent.core import Proposes
+    from agent.llm import Budget
 
 __all__ = ["PROPOSERS", "ProposerFactory"]
 

@@ -10,7 +10,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from agent.llm.budget import Budget, BudgetLimits
+from agent.llm import Budget, BudgetLimits
 from agent.run.config import RunConfig
 from agent.run.reporting import Reporter
 from agent.run.workspace import RunPaths, ensure_home, new_run_id
