@@ -378,7 +378,7 @@ class Check:
             shutil.copytree(self.checkpoint, submitted)
             answer = grader.submit(submitted, timeout_s=300)
             figure("grade_submit_s", f"{time.perf_counter() - started:.1f}")
-            figure("grade_score", answer.get("score"))
+            figure("grade_score", answer.score)
         finally:
             grader.stop()
 

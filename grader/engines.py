@@ -18,15 +18,35 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import torch
 
-from grader.prompts import stop_token_ids
+from grader.prompts import PromptSettings, stop_token_ids
 from tasks.plugins import Registry
 
-if TYPE_CHECKING:  # a type only: grader.config imports this module to check `EvalConfig.engine`
-    from grader.config import EvalConfig
+
+class Decoding(PromptSettings, Protocol):
+    """What an engine reads of an eval config (`grader.config.EvalConfig` is one). A protocol, so this module never
+    imports grader.config, which imports it to check `EvalConfig.engine`."""
+
+    @property
+    def engine(self) -> str: ...
+
+    @property
+    def temperature(self) -> float: ...
+
+    @property
+    def top_p(self) -> float: ...
+
+    @property
+    def seed(self) -> int: ...
+
+    @property
+    def batch_size(self) -> int: ...
+
+    @property
+    def do_sample(self) -> bool: ...
 
 
 class GenerationEngine(Protocol):
@@ -35,7 +55,7 @@ class GenerationEngine(Protocol):
     name: str
 
     def generate(
-        self, prompts: list[str], *, max_new_tokens: int, stop: list[str], config: EvalConfig
+        self, prompts: list[str], *, max_new_tokens: int, stop: list[str], config: Decoding
     ) -> list[str]:
         """One completion per prompt, in order."""
         ...
@@ -70,7 +90,7 @@ class HFEngine:
         self.model = model
         self.tokenizer = tokenizer
 
-    def _generation_config(self, max_new_tokens: int, config: EvalConfig) -> Any:
+    def _generation_config(self, max_new_tokens: int, config: Decoding) -> Any:
         from transformers import GenerationConfig
 
         tok = self.tokenizer
@@ -88,7 +108,7 @@ class HFEngine:
 
     @torch.inference_mode()
     def generate(
-        self, prompts: list[str], *, max_new_tokens: int, stop: list[str], config: EvalConfig
+        self, prompts: list[str], *, max_new_tokens: int, stop: list[str], config: Decoding
     ) -> list[str]:
         from transformers import StoppingCriteriaList
 
@@ -190,7 +210,7 @@ class VLLMEngine:
         return payload
 
     def generate(
-        self, prompts: list[str], *, max_new_tokens: int, stop: list[str], config: EvalConfig
+        self, prompts: list[str], *, max_new_tokens: int, stop: list[str], config: Decoding
     ) -> list[str]:
         request = {
             "prompts": list(prompts),
@@ -223,27 +243,25 @@ class EngineSpec:
     name: str
     requirement: str  # shown when the engine is asked for by name and unavailable
     available: Callable[[], bool]
-    from_model: Callable[
-        [Any, Any, Path, EvalConfig], GenerationEngine
-    ]  # (model, tokenizer, scratch, config)
-    from_path: Callable[[Path, Path, EvalConfig], GenerationEngine | None] | None = None
+    from_model: Callable[[Any, Any, Path, Decoding], GenerationEngine]  # (model, tokenizer, scratch, config)
+    from_path: Callable[[Path, Path, Decoding], GenerationEngine | None] | None = None
     preference: int = 0  # "auto" takes the available engine with the highest preference
 
 
-def _hf_from_model(model: Any, tokenizer: Any, scratch: Path, config: EvalConfig) -> GenerationEngine:
+def _hf_from_model(model: Any, tokenizer: Any, scratch: Path, config: Decoding) -> GenerationEngine:
     if torch.cuda.is_available():
         model = model.to("cuda")
     return HFEngine(model, tokenizer)
 
 
-def _vllm_from_model(model: Any, tokenizer: Any, scratch: Path, config: EvalConfig) -> GenerationEngine:
+def _vllm_from_model(model: Any, tokenizer: Any, scratch: Path, config: Decoding) -> GenerationEngine:
     """vLLM reads weights from disk: a clean safetensors copy of the checked model, in the grader's scratch."""
     model.save_pretrained(scratch, safe_serialization=True)
     tokenizer.save_pretrained(scratch)
     return VLLMEngine(scratch, scratch, config.seed)
 
 
-def _vllm_from_path(model_path: Path, tokenizer_path: Path, config: EvalConfig) -> GenerationEngine | None:
+def _vllm_from_path(model_path: Path, tokenizer_path: Path, config: Decoding) -> GenerationEngine | None:
     if not any(model_path.glob("*.safetensors")):
         return None  # pickled weights: load them safely through transformers and re-save (from_model)
     return VLLMEngine(model_path, tokenizer_path, config.seed)
@@ -271,7 +289,7 @@ ENGINES: Registry[EngineSpec] = Registry(
 )
 
 
-def choose_engine(config: EvalConfig) -> EngineSpec:
+def choose_engine(config: Decoding) -> EngineSpec:
     """The engine `config.engine` names; "auto" is the most preferred one available. An engine named but
     unavailable here is an error that says what it needs, never a silent fallback (scores must say what made them)."""
     if config.engine == "auto":

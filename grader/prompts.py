@@ -6,15 +6,30 @@ files are never used to render), and it must match the template hash pinned in t
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from tasks.chat import ChatPrompts
 
-if TYPE_CHECKING:  # a type only: grader.config checks engine names against grader.engines, which imports this
-    from grader.config import EvalConfig
+
+class PromptSettings(Protocol):
+    """The part of an eval config (`grader.config.EvalConfig` is one) that decides how prompts are rendered and
+    where a turn ends. A protocol, so this module (below grader.config, which checks engine names against
+    grader.engines, which imports this) never imports the config."""
+
+    @property
+    def prompt_style(self) -> str: ...
+
+    @property
+    def system_prompt(self) -> str | None: ...
+
+    @property
+    def chat_template_sha256(self) -> str | None: ...
+
+    @property
+    def stop_tokens(self) -> tuple[str, ...]: ...
 
 
-def chat_renderer(config: EvalConfig, tokenizer: Any) -> ChatPrompts | None:
+def chat_renderer(config: PromptSettings, tokenizer: Any) -> ChatPrompts | None:
     """The renderer for a chat-style evaluation (None for plain prompts); refuses a template other than the pinned
     one, so a score is never made with a template its config does not name."""
     if config.prompt_style != "chat":
@@ -30,7 +45,7 @@ def chat_renderer(config: EvalConfig, tokenizer: Any) -> ChatPrompts | None:
     return chat
 
 
-def stop_token_ids(tokenizer: Any, config: EvalConfig) -> list[int]:
+def stop_token_ids(tokenizer: Any, config: PromptSettings) -> list[int]:
     """EOS and the config's end-of-turn tokens as ids, EOS first (engines pass them as eos / stop_token_ids)."""
     ids: list[int] = []
     for token_id in [

@@ -23,23 +23,12 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from grader.config import GraderConfig
+from grader.contract import FinalizeAnswer, GraderConfig, SubmitAnswer, SubmitRequest
 from grader.service import GraderService, SubmissionRejected
 
 log = logging.getLogger("grader")
-
-
-class SubmitRequest(BaseModel):
-    """Body of POST /submit."""
-
-    model_config = ConfigDict(extra="ignore")
-
-    model_path: str = Field(
-        min_length=1, max_length=4096, description="absolute path of the checkpoint folder"
-    )
 
 
 def _reject(status_code: int, detail: str, **extra: Any) -> JSONResponse:
@@ -123,7 +112,7 @@ def create_app(config: GraderConfig, service: GraderService | None = None) -> Fa
         return {**view, "baseline_score": baseline}
 
     @app.post("/submit", dependencies=[Depends(require_token)])
-    async def submit(body: SubmitRequest) -> dict[str, Any]:
+    async def submit(body: SubmitRequest) -> SubmitAnswer:
         svc.check_open()
         received = await run_in_threadpool(svc.validate, body.model_path)
         sub, pending = await run_in_threadpool(svc.accept, received)
@@ -132,7 +121,7 @@ def create_app(config: GraderConfig, service: GraderService | None = None) -> Fa
         return await run_in_threadpool(svc.submit_response, sub)
 
     @app.post("/finalize", dependencies=[Depends(require_token)])
-    async def finalize() -> dict[str, Any]:
+    async def finalize() -> FinalizeAnswer:
         return await run_in_threadpool(svc.finalize)
 
     return app

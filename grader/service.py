@@ -39,6 +39,14 @@ from grader.checkpoint import (
 )
 from grader.config import GraderConfig, pin_chat
 from grader.contamination import Flag, TestItemIndex, flags_json, integrity_flags
+from grader.contract import (
+    BestSubmission,
+    FinalizeAnswer,
+    FlaggedSubmission,
+    PrivateScore,
+    SubmitAnswer,
+    TrajectoryPoint,
+)
 from grader.evaluation import EvalResult, evaluate_model, select_samples
 from grader.figures import run_figures
 from grader.stats import ScoreSummary, summarize
@@ -521,7 +529,7 @@ class GraderService:
         except OSError as exc:
             log.warning("could not write the scores mirror %s: %s", self.config.scores_mirror, exc.strerror)
 
-    def submit_response(self, sub: Submission) -> dict[str, Any]:
+    def submit_response(self, sub: Submission) -> SubmitAnswer:
         """The AutoRL-Bench-compatible /submit answer for a finished submission (or its duplicate)."""
         source = self.store.get(sub.duplicate_of if sub.duplicate_of is not None else sub.id)
         if source.status == "failed":
@@ -533,29 +541,29 @@ class GraderService:
         remaining = (
             None if self.config.max_submissions is None else max(0, self.config.max_submissions - counted)
         )
-        return {
-            "submission_id": sub.id,
-            "score": score,
-            "baseline_score": baseline,
-            "improvement": score - baseline,
-            "best": {"submission_id": best.id, "score": best.public_score} if best else None,
-            "total_submissions": counted,
-            "elapsed_seconds": round(self.elapsed(), 3),
-            "remaining_submissions": remaining,
-            "n": source.n,
-            "ci_low": source.ci_low,
-            "ci_high": source.ci_high,
-            "duplicate_of": sub.duplicate_of,
-            "files_sha256": sub.files_sha256,  # of the files scored (this submission's own copy of them)
-            "isolation": self.isolation,
-            "is_copy": bool(source.is_copy),
-            "flagged": source.flagged,
-            "flags": source.flag_list,
-            "status": source.status,
-        }
+        return SubmitAnswer(
+            submission_id=sub.id,
+            score=score,
+            baseline_score=baseline,
+            improvement=score - baseline,
+            best=BestSubmission(submission_id=best.id, score=best.public_score) if best else None,
+            total_submissions=counted,
+            elapsed_seconds=round(self.elapsed(), 3),
+            remaining_submissions=remaining,
+            n=source.n,
+            ci_low=source.ci_low,
+            ci_high=source.ci_high,
+            duplicate_of=sub.duplicate_of,
+            files_sha256=sub.files_sha256,  # of the files scored (this submission's own copy of them)
+            isolation=self.isolation,
+            is_copy=bool(source.is_copy),
+            flagged=source.flagged,
+            flags=source.flag_list,
+            status=source.status,
+        )
 
     # --- finalize ---------------------------------------------------------------------------------------------
-    def finalize(self) -> dict[str, Any]:
+    def finalize(self) -> FinalizeAnswer:
         """End the run: reveal private scores, pick the final best on public, report it on private.
 
         `reported` holds the run's figures by the one score rule (`grader.figures`): the private pair when the test
@@ -576,39 +584,39 @@ class GraderService:
         private = run_figures(baseline_private, float(best.private_score or 0.0) if best else None, "private")
         reported = private if self.config.split_enabled else public
         trajectory = [
-            {
-                "submission_id": s.id,
-                "elapsed_seconds": round(self.elapsed(s.created_at), 3),
-                "score": s.public_score,
-            }
+            TrajectoryPoint(
+                submission_id=s.id, elapsed_seconds=round(self.elapsed(s.created_at), 3), score=s.public_score
+            )
             for s in done
         ]
-        metrics: dict[str, Any] = {
-            "run_id": self.config.run_id,
-            "benchmark": self.config.benchmark,
-            "isolation": self.isolation,
-            "finalized_at": float(self.store.get_meta("finalized_at") or 0.0),
-            "total_submissions": len(originals),
-            "valid_submissions": len(done),
-            "valid_submission_rate": (len(done) / len(originals)) if originals else 0.0,
-            "duplicate_count": len(subs) - len(originals),
-            "copy_model_count": sum(1 for s in done if s.is_copy),
-            "flagged_submissions": [{"submission_id": s.id, "flags": s.flag_list} for s in done if s.flagged],
-            "score_trajectory": trajectory,
-            "baseline_score": public.baseline,
-            "best_submission_id": best.id if best else None,
-            "best_files_sha256": best.files_sha256 if best else None,  # what the host checks its best against
-            "best_score": public.best,
-            "improvement": public.improvement,
-            "time_to_best": round(self.elapsed(best.created_at), 3) if best else None,
-            "baseline_private_score": private.baseline,
-            "final_private_score": private.best,
-            "private_improvement": private.improvement,
-            "private_scores": [{"submission_id": s.id, "private_score": s.private_score} for s in done],
-            "public_private_split": self.config.split_enabled,
-            "reported": reported.model_dump(),
-        }
-        write_json_atomically(self.private_dir / "final.json", metrics)
+        metrics = FinalizeAnswer(
+            run_id=self.config.run_id,
+            benchmark=self.config.benchmark,
+            isolation=self.isolation,
+            finalized_at=float(self.store.get_meta("finalized_at") or 0.0),
+            total_submissions=len(originals),
+            valid_submissions=len(done),
+            valid_submission_rate=(len(done) / len(originals)) if originals else 0.0,
+            duplicate_count=len(subs) - len(originals),
+            copy_model_count=sum(1 for s in done if s.is_copy),
+            flagged_submissions=[
+                FlaggedSubmission(submission_id=s.id, flags=s.flag_list) for s in done if s.flagged
+            ],
+            score_trajectory=trajectory,
+            baseline_score=public.baseline,
+            best_submission_id=best.id if best else None,
+            best_files_sha256=best.files_sha256 if best else None,  # what the host checks its best against
+            best_score=public.best,
+            improvement=public.improvement,
+            time_to_best=round(self.elapsed(best.created_at), 3) if best else None,
+            baseline_private_score=private.baseline,
+            final_private_score=private.best,
+            private_improvement=private.improvement,
+            private_scores=[PrivateScore(submission_id=s.id, private_score=s.private_score) for s in done],
+            public_private_split=self.config.split_enabled,
+            reported=reported,
+        )
+        write_json_atomically(self.private_dir / "final.json", metrics.model_dump(mode="json"))
         self.write_mirror()
-        log.info("finalized: best %s", metrics["best_submission_id"])
+        log.info("finalized: best %s", metrics.best_submission_id)
         return metrics

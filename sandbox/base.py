@@ -98,6 +98,10 @@ class SandboxResult(BaseModel):
     log_tail: str = ""
     backend: str = ""
     image_digest: str | None = None
+    # where it ran, from a backend that places trials on other machines (`Sandbox.places_on_nodes`; ray): node_id,
+    # node_ip, hostname, and the GPU ids it was given on that node; empty from a backend that runs them here
+    node: dict[str, str] = Field(default_factory=dict)
+    gpus: list[int] = Field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -136,20 +140,68 @@ class CleanupReport(int):
         return report
 
 
-def maps_paths(sandbox: object) -> bool:
-    """Whether `sandbox` shows a request's folders at their fixed targets (no host path inside); a backend that
-    does not say so shows host paths."""
-    return bool(getattr(sandbox, "maps_paths", False))
+def maps_paths(sandbox: Sandbox) -> bool:
+    """Whether `sandbox` shows a request's folders at their fixed targets (no host path inside)."""
+    return sandbox.maps_paths
+
+
+class SandboxBase:
+    """What a backend can do, declared, with the least as the defaults: host paths, no isolation, this machine's
+    CPUs, trials run here. The built-in backends derive from it and set what they do; a plugin backend derives
+    from it (or declares the same attributes) so the host never has to probe for them."""
+
+    name: str = ""
+    python: str = (
+        "python"  # the interpreter a trial runs with (ours for local processes, the image's for containers)
+    )
+    maps_paths: bool = (
+        False  # folders shown at their fixed targets (/workspace, /model, /output...), no host path
+    )
+    isolation: str = "none"  # how trials are kept from the host: "container", "namespaces" or "none"
+    isolation_reason: str = ""  # why that level (what is missing, for "none")
+    # a scheduler of its own gives each trial its CPUs and GPUs (ray): concurrent trials are not split over this
+    # machine's cores and GPUs by the host
+    schedules_resources: bool = False
+    # trials may run on other machines: each result says where (`SandboxResult.node`), and each machine must see
+    # the run's folder (`check_shared_storage`)
+    places_on_nodes: bool = False
+
+    def check_shared_storage(self, folder: Path, shared: Path | None = None) -> list[dict[str, str]]:
+        """Make every machine that may run a trial prove it sees `folder`; returns the machines checked. Trials
+        that run on this machine see it already: nothing to check."""
+        return []
 
 
 @runtime_checkable
 class Sandbox(Protocol):
-    """A place to run untrusted training code. A backend may declare `maps_paths = True` (see SandboxRequest)."""
+    """A place to run untrusted training code, with what it can do declared (`SandboxBase` has the defaults)."""
 
     name: str
 
+    @property
+    def python(self) -> str: ...
+
+    @property
+    def maps_paths(self) -> bool: ...
+
+    @property
+    def isolation(self) -> str: ...
+
+    @property
+    def isolation_reason(self) -> str: ...
+
+    @property
+    def schedules_resources(self) -> bool: ...
+
+    @property
+    def places_on_nodes(self) -> bool: ...
+
     def run(self, request: SandboxRequest) -> SandboxResult:
         """Run the command to completion (or until a limit), streaming its output to `request.log_path`."""
+        ...
+
+    def check_shared_storage(self, folder: Path, shared: Path | None = None) -> list[dict[str, str]]:
+        """Make every machine that may run a trial prove it sees `folder`; returns the machines checked."""
         ...
 
     def cleanup(self, labels: dict[str, str] | None = None) -> int:

@@ -52,15 +52,16 @@ def list_backends() -> list[str]:
 def isolation_of(sandbox: Sandbox) -> str:
     """How a backend isolates its trials: "container" (docker), "namespaces" (local with bubblewrap), or "none".
     A run that trains unisolated carries `isolation=none` on every score, MLflow run, results row and report."""
-    level = getattr(sandbox, "isolation", None)
-    return level if isinstance(level, str) and level else "none"
+    return sandbox.isolation or "none"
 
 
 class AutoChoice(NamedTuple):
-    """What "auto" stands for on this machine now, and why (Docker's state in one line)."""
+    """What "auto" stands for on this machine now, and why (Docker's state in one line), with the image docker
+    runs when it is the choice (None for local)."""
 
     name: Literal["docker", "local"]
     reason: str
+    image: str | None = None
 
 
 def resolve_auto(image: str | None = None) -> AutoChoice:
@@ -69,11 +70,14 @@ def resolve_auto(image: str | None = None) -> AutoChoice:
     from sandbox.images import TRAINER_IMAGE
     from sandbox.status import docker_status
 
+    image = image or TRAINER_IMAGE
     try:
-        status = docker_status(image or TRAINER_IMAGE)
+        status = docker_status(image)
     except Exception as exc:  # noqa: BLE001 - whatever Docker says, "auto" still has an answer: local
         return AutoChoice("local", f"docker status unreadable: {type(exc).__name__}: {exc}")
-    return AutoChoice("docker" if status.usable else "local", status.summary())
+    if status.usable:
+        return AutoChoice("docker", status.summary(), image)
+    return AutoChoice("local", status.summary())
 
 
 def get_sandbox(name: str = "auto", **opts: Any) -> Sandbox:
@@ -82,13 +86,13 @@ def get_sandbox(name: str = "auto", **opts: Any) -> Sandbox:
     if name == "auto":
         choice = resolve_auto(opts.get("image"))
         if choice.name == "docker":
-            return SANDBOXES.get("docker")(**opts)
+            return SANDBOXES.get("docker")(**{**opts, "image": choice.image})
         opts.pop("image", None)
         local = SANDBOXES.get("local")(**opts)
         if isolation_of(local) == "none":
             log.warning(
                 "sandbox 'auto' is using the local backend with NO isolation (isolation=none): %s; and %s",
-                getattr(local, "isolation_reason", "no namespaces"),
+                local.isolation_reason or "no namespaces",
                 choice.reason,
             )
         return local

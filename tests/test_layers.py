@@ -39,12 +39,12 @@ def test_each_package_imports_only_the_layers_below_it(package: str) -> None:
     assert not wrong, f"{package} may import only {sorted(ALLOWED[package])}: {wrong}"
 
 
-# Import circles between files. Counted: every `import` statement that runs, at module level or inside a function
-# (a lazy import is still a dependency, and often the one that hides a circle), `from x import y` as an import of
-# the submodule x.y where y is one, relative imports resolved. Not counted: imports under `if TYPE_CHECKING:`
-# (never run; the way to name a type without depending on its module) and imports by a name held in a string
-# (`importlib.import_module`, entry points: how the plugin registries load their built-ins). An import of a.b.c is
-# an edge to a.b.c only, not to the packages a and a.b whose __init__ it also runs.
+# Import circles between files. Counted: every `import` statement wherever it stands: at module level, inside a
+# function (a lazy import is still a dependency, and often the one that hides a circle) and under
+# `if TYPE_CHECKING:` (a type named from a module is a dependency on it, even if it never runs); `from x import y` as
+# an import of the submodule x.y where y is one, relative imports resolved. Not counted: imports by a name held in a
+# string (`importlib.import_module`, entry points: how the plugin registries load their built-ins). An import of
+# a.b.c is an edge to a.b.c only, not to the packages a and a.b whose __init__ it also runs.
 
 # Known circles not yet broken, each an exact set: a new circle fails, and so does a listed one that is gone or has
 # changed (remove or update its entry). None today; keep it that way.
@@ -68,7 +68,7 @@ def _is_type_checking(test: ast.expr) -> bool:
 
 
 class _Imports(ast.NodeVisitor):
-    """The dotted names a module's run-time import statements name: (name, line, inside a function)."""
+    """The dotted names a module's import statements name: (name, line, inside a function or under TYPE_CHECKING)."""
 
     def __init__(self, module: str, is_package: bool) -> None:
         self.package = module.split(".") if is_package else module.split(".")[:-1]
@@ -86,7 +86,11 @@ class _Imports(ast.NodeVisitor):
         if not _is_type_checking(node.test):
             self.generic_visit(node)
             return
-        for statement in node.orelse:  # the `else:` of `if TYPE_CHECKING:` runs
+        self.depth += 1  # named for types only: counted, reported like a lazy import
+        for statement in node.body:
+            self.visit(statement)
+        self.depth -= 1
+        for statement in node.orelse:
             self.visit(statement)
 
     def visit_Import(self, node: ast.Import) -> None:
@@ -112,7 +116,7 @@ def _project_module(name: str) -> str | None:
 
 
 def import_graph() -> dict[str, dict[str, tuple[int, bool]]]:
-    """module -> {imported project module: (line of its first import, whether that import is in a function)}."""
+    """module -> {imported project module: (line of its first import, whether that import is not at module level)}."""
     graph: dict[str, dict[str, tuple[int, bool]]] = {}
     for module, path in MODULES.items():
         visitor = _Imports(module, path.name == "__init__.py")
@@ -166,7 +170,7 @@ def describe_circle(circle: frozenset[str], graph: dict[str, dict[str, tuple[int
     for module in sorted(circle):
         for target, (line, lazy) in sorted(graph[module].items()):
             if target in circle:
-                where = " (in a function)" if lazy else ""
+                where = " (in a function or under TYPE_CHECKING)" if lazy else ""
                 lines.append(f"    {MODULES[module].relative_to(ROOT)}:{line}{where} imports {target}")
     return "\n".join(lines)
 
@@ -203,7 +207,7 @@ def test_the_known_circles_are_still_there() -> None:
         (
             "trainers.verl.plan",
             "if TYPE_CHECKING:\n    import tasks.atomic\nelse:\n    import tasks.chat",
-            {"tasks.chat"},
+            {"tasks.atomic", "tasks.chat"},
         ),
         ("trainers.verl.plan", "import os, torch, verl.trainer", set()),
     ],
@@ -212,3 +216,91 @@ def test_imports_are_resolved_to_the_files_they_load(module: str, source: str, e
     visitor = _Imports(module, MODULES[module].name == "__init__.py")
     visitor.visit(ast.parse(source))
     assert {_project_module(name) for name, _, _ in visitor.found} - {None} == expected
+
+
+# The parts of agent/, top to bottom (docs/architecture.md draws them). A part imports only the parts in rows below
+# its own, counting every import statement (module level, inside functions, under TYPE_CHECKING); parts in one row
+# never import each other. `core` (the run's records) is the bottom and imports no other part.
+AGENT_LAYERS: tuple[frozenset[str], ...] = (
+    frozenset({"cli"}),
+    frozenset({"service", "sweeps"}),
+    frozenset({"external"}),
+    frozenset({"loop"}),
+    frozenset({"proposers"}),
+    frozenset({"run"}),
+    frozenset({"llm"}),
+    frozenset({"core"}),
+)
+
+
+def _agent_part(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if parts[0] == "agent" and len(parts) > 1 else None
+
+
+def test_every_part_of_agent_has_a_layer() -> None:
+    folders = {path.parent.name for path in (ROOT / "agent").glob("*/__init__.py")}
+    assert folders == set().union(*AGENT_LAYERS), (
+        "add the new part of agent/ to AGENT_LAYERS and the docs' drawing"
+    )
+
+
+def test_the_parts_of_agent_import_only_the_parts_below_them() -> None:
+    row = {part: depth for depth, parts in enumerate(AGENT_LAYERS) for part in parts}
+    wrong = []
+    for module, edges in import_graph().items():
+        source = _agent_part(module)
+        for target, (line, _) in edges.items():
+            imported = _agent_part(target)
+            if source and imported and imported != source and row[imported] <= row[source]:
+                wrong.append(
+                    f"{MODULES[module].relative_to(ROOT)}:{line} ({source}) imports {target} ({imported})"
+                )
+    assert not wrong, "an import upwards or sideways between the parts of agent/:\n" + "\n".join(
+        sorted(wrong)
+    )
+
+
+def _face(part: str) -> set[str]:
+    """The names a part of agent/ lets the others use: the `__all__` of its `__init__.py`."""
+    tree = ast.parse((ROOT / "agent" / part / "__init__.py").read_text(encoding="utf-8"))
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "__all__" for t in node.targets):
+            return {str(ast.literal_eval(element)) for element in node.value.elts}  # type: ignore[attr-defined]
+    return set()
+
+
+def test_every_part_of_agent_has_a_face() -> None:
+    faceless = sorted(part for parts in AGENT_LAYERS for part in parts if not _face(part))
+    assert not faceless, (
+        f"declare what each part lets the others use (`__all__` in its __init__.py): {faceless}"
+    )
+
+
+def test_the_parts_of_agent_use_each_other_through_their_faces() -> None:
+    """One part imports another's names from its package (`from agent.run import RunConfig`), and only names in
+    that package's `__all__`; its modules are its own business."""
+    wrong = []
+    for module, path in MODULES.items():
+        source = _agent_part(module)
+        if source is None:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                named = [alias.name for alias in node.names if _agent_part(alias.name) not in (None, source)]
+                wrong += [f"{path.relative_to(ROOT)}:{node.lineno} imports {name}" for name in named]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                target = _agent_part(node.module)
+                if target in (None, source):
+                    continue
+                if node.module != f"agent.{target}":
+                    wrong.append(
+                        f"{path.relative_to(ROOT)}:{node.lineno} imports from {node.module}, not agent.{target}"
+                    )
+                    continue
+                hidden = sorted({alias.name for alias in node.names} - _face(target))
+                if hidden:
+                    wrong.append(
+                        f"{path.relative_to(ROOT)}:{node.lineno} uses {hidden}, not in agent.{target}.__all__"
+                    )
+    assert not wrong, "imports past a part's face:\n" + "\n".join(wrong)

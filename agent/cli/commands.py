@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from agent.proposers import PROPOSERS
-from agent.run.config import RunConfig, load_config_file
+from agent.run import RunConfig, load_config_file
 from sandbox.registry import SANDBOXES
 from tasks.plugins import Registry
 
@@ -64,10 +64,8 @@ def build_config(config_file: Path | None, flags: dict[str, Any]) -> RunConfig:
 
 
 def _execute(config: RunConfig, resume_run_id: str | None = None) -> None:
-    from agent.loop.driver import execute
-    from agent.run.grading import GraderError
-    from agent.run.models import ModelNotFoundError
-    from agent.run.workspace import HomeNotWritableError
+    from agent.loop import execute
+    from agent.run import GraderError, HomeNotWritableError, ModelNotFoundError
     from sandbox.base import SandboxUnavailableError
     from tasks.plugins import UnknownPluginError
 
@@ -247,8 +245,7 @@ def benchmarks() -> None:
 @app.command()
 def runs(home: Annotated[Path | None, typer.Option()] = None) -> None:
     """Past runs with baseline, best, submissions and status (newest last), and each run's headline in words."""
-    from agent.run.headline import checkpoint_text
-    from agent.run.status import collect_runs
+    from agent.run import checkpoint_text, collect_runs
 
     rows = collect_runs(_home(home))
     if not rows:
@@ -287,7 +284,7 @@ def runs(home: Annotated[Path | None, typer.Option()] = None) -> None:
 @app.command()
 def approvals(home: Annotated[Path | None, typer.Option()] = None) -> None:
     """Proposals waiting for a decision, across runs."""
-    from agent.loop.approvals import list_pending
+    from agent.loop import list_pending
 
     pending = list_pending(_home(home) / "runs")
     if not pending:
@@ -323,7 +320,7 @@ def approve(
     """Approve, edit (--set), reject (--reject REASON) or --terminate a waiting proposal."""
     import json
 
-    from agent.loop.approvals import Decision, list_pending, write_decision
+    from agent.loop import Decision, list_pending, write_decision
 
     runs_dir = _home(home) / "runs"
     waiting = [t for r, t in list_pending(runs_dir) if r == run_id]
@@ -361,8 +358,7 @@ def ui(
     ] = 1,
 ) -> None:
     """Open the MLflow UI on the run store: a lean server (one worker, no job runners)."""
-    from agent.run.children import run_child
-    from agent.run.tracking import review_links, ui_command
+    from agent.run import review_links, run_child, ui_command
 
     root = _home(home).resolve()
     cmd, env = ui_command(root, host=host, port=port, workers=workers)
@@ -407,9 +403,14 @@ def grade_serve(
     import json
     import secrets
 
-    from agent.run.grading import free_port
-    from agent.run.models import ModelNotFoundError, resolve_base_model
-    from agent.run.workspace import atomic_write_json, ensure_home, new_run_id
+    from agent.run import (
+        ModelNotFoundError,
+        atomic_write_json,
+        ensure_home,
+        free_port,
+        new_run_id,
+        resolve_base_model,
+    )
     from grader.benchmarks import get_benchmark
     from tasks.plugins import UnknownPluginError
 
@@ -452,7 +453,7 @@ def grade_serve(
     console.print(f"  GRADER_TOKEN={config['token']}")
     console.print(f"  submissions must lie under {config['allowed_roots'][0]}; store: {private}")
     console.print("  the baseline is scored before /health reports ready; Ctrl-C stops the server")
-    from agent.run.children import run_child
+    from agent.run import run_child
 
     raise typer.Exit(run_child([sys.executable, "-m", "grader", "serve", "--config", str(config_path)]))
 
@@ -470,8 +471,8 @@ def sandbox_list() -> None:
 
 def _mount_subcommands() -> None:
     """Commands whose code lives with the part they drive (sandbox, trainers, service, sweeps)."""
-    from agent.service.cli import serve_app
-    from agent.sweeps.cli import bench, report
+    from agent.service import serve_app
+    from agent.sweeps import bench, report
     from sandbox.cli import app as sandbox_app
     from trainers.verl.cli import ListingCommand, check_inputs_command, plan_command
 

@@ -1,1 +1,47 @@
 """External agents: a run driven by an outside agent (AutoRL-Bench layout) instead of the research loop."""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from agent.external.driver import (
+        ExternalAgentError,
+        is_agent_folder,
+        load_agent,
+        missing_agent_image,
+        named_agent_problem,
+        run_external,
+    )
+
+__all__ = [
+    "ExternalAgentError",
+    "is_agent_folder",
+    "load_agent",
+    "missing_agent_image",
+    "named",
+    "named_agent_problem",
+    "run_external",
+]
+
+# The face of this part: what the other parts of agent/ may use of it (tests/test_layers.py holds them to it), each
+# name loaded from the module that defines it on first use, so importing one module of the part loads no other.
+_FACE: dict[str, str] = {
+    "ExternalAgentError": "agent.external.driver",
+    "is_agent_folder": "agent.external.driver",
+    "load_agent": "agent.external.driver",
+    "missing_agent_image": "agent.external.driver",
+    "named": "agent.external.named",
+    "named_agent_problem": "agent.external.driver",
+    "run_external": "agent.external.driver",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _FACE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = import_module(module) if module == f"{__name__}.{name}" else getattr(import_module(module), name)
+    globals()[name] = value
+    return value

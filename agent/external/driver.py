@@ -46,18 +46,27 @@ from agent.external.autorl import AutoRLAdapter, init_run_meta, update_run_meta
 from agent.external.gateway import GatewayConfig, ModelGateway
 from agent.external.gateway import agent_env as llm_env
 from agent.external.llm_traces import CallTraces
-from agent.llm.budget import Budget, BudgetLimits
-from agent.llm.pricing import PriceTable
-from agent.loop.trials import TRAIN_ENV
-from agent.run.config import RunConfig
-from agent.run.finish import FINISH_RESERVE_S, close_tracking, read_final, write_ending
-from agent.run.grading import GraderProcess
-from agent.run.interrupts import RunInterrupted, interrupts_in_main_thread
-from agent.run.reporting import Reporter
-from agent.run.results import final_figures, result_row
-from agent.run.startup import locate_run, open_sandbox, record_run
-from agent.run.tracking import Tracker
-from agent.run.workspace import RunPaths, prepare_workspace
+from agent.llm import Budget, BudgetLimits, PriceTable
+from agent.loop import TRAIN_ENV
+from agent.run import (
+    FINISH_RESERVE_S,
+    GraderProcess,
+    Reporter,
+    RunConfig,
+    RunInterrupted,
+    RunPaths,
+    Tracker,
+    close_tracking,
+    final_figures,
+    interrupts_in_main_thread,
+    locate_run,
+    open_sandbox,
+    prepare_workspace,
+    read_final,
+    record_run,
+    result_row,
+    write_ending,
+)
 from sandbox import untrusted
 from sandbox.base import Mount, Sandbox, SandboxRequest, SandboxResult, maps_paths
 from sandbox.namespaces import hand_to_sandbox_user
@@ -346,7 +355,7 @@ def run_external(
 ) -> dict[str, Any]:
     """Run (or re-run, keeping the grader's store, on resume) an external agent. Returns the run's summary, shaped
     like `agent.loop.driver.execute`'s: the results.csv row plus `status`, `stop_reason`, `grader`, `agent_exit_code`."""
-    from agent.run.models import resolve_base_model
+    from agent.run import resolve_base_model
     from grader.benchmarks import get_benchmark
 
     spec = load_agent(agent_dir)
@@ -614,8 +623,9 @@ def agent_sandbox(config: RunConfig, reporter: Reporter, coding_agents: bool = F
     problem = missing_agent_image(config.sandbox, coding_agents=coding_agents)
     if problem is not None:
         raise AgentImageMissingError(problem)
-    if resolve_auto(AGENT_IMAGE).name == "docker":  # docker usable with the agent image
-        return get_sandbox("docker", image=AGENT_IMAGE)
+    choice = resolve_auto(AGENT_IMAGE)  # docker usable with the agent image: docker, running that image
+    if choice.name == "docker":
+        return get_sandbox("docker", image=choice.image)
     return open_sandbox(config, reporter, require_isolation=True)
 
 

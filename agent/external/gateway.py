@@ -35,11 +35,10 @@ from typing import TYPE_CHECKING, Any
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
-from agent.llm.budget import Budget
-from agent.llm.pricing import PriceTable
+from agent.llm import Budget, PriceTable
 
 if TYPE_CHECKING:
-    from agent.run.config import RunConfig
+    from agent.run import RunConfig
 
 PLACEHOLDER_PREFIX = "rlloop-placeholder-"
 # The endpoints an agent may call, as (method, path under /v1): OpenAI's and Anthropic's messages.

@@ -1,7 +1,7 @@
 """The driver model's plumbing: an accountable OpenAI-compatible client, prices, budget and retry policy."""
 
 from agent.llm.budget import Budget, BudgetLimits, BudgetSpent
-from agent.llm.client import CallRecord, ChatReply, LLMClient, LLMSettings
+from agent.llm.client import CallRecord, ChatReply, LLMClient, LLMSettings, Message
 from agent.llm.errors import LLMBudgetExhaustedError, LLMError, LLMRequestError, LLMUnavailableError
 from agent.llm.pricing import ModelPrice, PriceTable, PriceTableError
 from agent.llm.retry import RetryPolicy
@@ -18,6 +18,7 @@ __all__ = [
     "LLMRequestError",
     "LLMSettings",
     "LLMUnavailableError",
+    "Message",
     "ModelPrice",
     "PriceTable",
     "PriceTableError",

@@ -16,8 +16,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from agent.proposers.base import Proposal, TrialRecord
-from agent.run.workspace import atomic_write_json
+from agent.core import Proposal, TrialRecord
+from agent.run import atomic_write_json
 
 
 class Decision(BaseModel):

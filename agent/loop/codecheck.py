@@ -3,10 +3,10 @@ on a few examples, in the sandbox). A failure goes back to the proposer to repai
 
 from __future__ import annotations
 
+from agent.core import TrialRecord
 from agent.loop.resources import RunResources
 from agent.loop.trials import TrialSetupError, checkpoint_ready
-from agent.proposers.base import TrialRecord
-from agent.proposers.static_check import check_code
+from agent.proposers import check_code
 
 
 def check_and_repair(run: RunResources, record: TrialRecord, trials: list[TrialRecord]) -> str | None:

@@ -24,17 +24,16 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from agent.core import Proposal, ProposalContext, TrialRecord
+from agent.loop.context import RunContext
 from agent.loop.resources import RunResources
 from agent.loop.trials import TrialSetupError, verify_checkpoint
-from agent.proposers.base import Proposal, ProposalContext, TrialRecord
-from agent.run.context import RunContext
-from agent.run.interrupts import failpoint
-from agent.run.workspace import RunPaths, atomic_write_json
+from agent.run import RunPaths, atomic_write_json, failpoint
 from sandbox import untrusted
 from sandbox.base import SandboxRequest
 
 if TYPE_CHECKING:
-    from agent.run.config import RunConfig
+    from agent.run import RunConfig
     from sandbox.devices import DevicePlan
 
 OUTCOME = "outcome.json"
@@ -60,22 +59,28 @@ def trial_cpus(config: RunConfig, k: int) -> float | None:
 
 
 def split_request(
-    request: SandboxRequest, config: RunConfig, k: int, slot: int, devices: DevicePlan, backend: str = "local"
+    request: SandboxRequest,
+    config: RunConfig,
+    k: int,
+    slot: int,
+    devices: DevicePlan,
+    schedules_resources: bool = False,
 ) -> SandboxRequest:
     """`request` as the `slot`-th of k concurrent trials: its CPU share of this machine (and torch/OpenMP threads
-    to match; not on ray, whose scheduler places each trial on a node with room) and the GPUs after its siblings'
-    in the pool (slot 0 keeps the free ones the plan chose; the lease still serialises any overlap)."""
+    to match) and the GPUs after its siblings' in the pool (slot 0 keeps the free ones the plan chose; the lease
+    still serialises any overlap). Neither on a backend that `schedules_resources` itself (ray: its scheduler
+    places each trial on a node with room)."""
     if k <= 1:
         return request
     update: dict[str, Any] = {}
-    if backend != "ray":
+    if not schedules_resources:
         cpus = trial_cpus(config, k)
         threads = str(max(1, int(cpus or 1)))
         update["cpus"] = cpus
         update["env"] = {"OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads, **request.env}
     pool = [int(g) for g in devices.trial_pool]
     gpus = request.gpus
-    if gpus and gpus[0] in pool and len(pool) >= len(gpus) * 2 and backend != "ray":
+    if gpus and gpus[0] in pool and len(pool) >= len(gpus) * 2 and not schedules_resources:
         start = pool.index(gpus[0]) + slot * len(gpus)
         update["gpus"] = [pool[(start + i) % len(pool)] for i in range(len(gpus))]
     return request.model_copy(update=update)

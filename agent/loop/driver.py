@@ -13,16 +13,23 @@ from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.types import Command
 
 from agent.loop import approvals
+from agent.loop.context import build_context
 from agent.loop.ending import finalize
 from agent.loop.graph import LoopState, build_graph
 from agent.loop.nodes import Research
-from agent.run.config import RunConfig
-from agent.run.finish import ended_early, error_line, interrupted_before_start, print_summary
-from agent.run.interrupts import RunInterrupted, interrupts_as_exceptions
-from agent.run.leftovers import end_leftovers
-from agent.run.reporting import Reporter
-from agent.run.startup import build_context, start_run
-from agent.run.workspace import RunPaths
+from agent.run import (
+    Reporter,
+    RunConfig,
+    RunInterrupted,
+    RunPaths,
+    end_leftovers,
+    ended_early,
+    error_line,
+    interrupted_before_start,
+    interrupts_as_exceptions,
+    print_summary,
+    start_run,
+)
 
 
 def open_checkpointer(path: Path) -> SqliteSaver:

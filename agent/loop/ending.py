@@ -7,17 +7,18 @@ from __future__ import annotations
 
 from typing import Any
 
+from agent.core import TrialRecord
 from agent.loop.graph import LoopState
 from agent.loop.resources import RunResources
-from agent.proposers.base import TrialRecord
-from agent.run.finish import (
+from agent.run import (
     best_checkpoint,
     close_tracking,
+    final_figures,
     read_final,
+    result_row,
     submission_summary,
     write_ending,
 )
-from agent.run.results import final_figures, result_row
 
 
 def trial_compute(trials: list[TrialRecord]) -> tuple[float, float]:

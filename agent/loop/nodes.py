@@ -15,21 +15,16 @@ from typing import Any
 
 from langgraph.types import interrupt
 
-from agent.llm.errors import LLMBudgetExhaustedError, LLMUnavailableError
+from agent.core import Proposal, ProposalContext, TrialRecord
+from agent.llm import LLMBudgetExhaustedError, LLMUnavailableError
 from agent.loop import approvals, concurrency, prewarm
 from agent.loop.codecheck import check_and_repair
 from agent.loop.ending import finalize
 from agent.loop.graph import LoopState
 from agent.loop.submission import Screened
 from agent.loop.trials import TrialSetupError, allowed_recipes, outcome
-from agent.proposers.base import Proposal, ProposalContext, SearchDone, TrialRecord
-from agent.run.finish import (
-    FINISH_RESERVE_S,
-)
-from agent.run.grading import GraderError
-from agent.run.interrupts import failpoint
-from agent.run.reporting import submission_flags
-from agent.run.tracking import traced_nodes
+from agent.proposers import SearchDone
+from agent.run import FINISH_RESERVE_S, GraderError, failpoint, submission_flags, traced_nodes
 from grader.figures import run_figures
 from sandbox.base import SandboxResult
 from trainers.schedule import TRIAL_STARTED_ENV
@@ -244,7 +239,7 @@ class Research(Screened):
             try:
                 request = self.trial_request(record.proposal, record.trial_id, trials, timeout_s)
                 request = concurrency.split_request(
-                    request, self.config, k, slot, self.devices, self.sandbox.name
+                    request, self.config, k, slot, self.devices, self.sandbox.schedules_resources
                 )
                 # the trial's clock starts here, with the host's work for it: its max_seconds count from now
                 env = {**request.env, TRIAL_STARTED_ENV: f"{started:.3f}"}
@@ -268,10 +263,10 @@ class Research(Screened):
             self.exit_estimate_s = min(max(record.duration_s - trainer_wall, 0.0), EXIT_ESTIMATE_MAX_S)
         record.sandbox = {"backend": result.backend, "image_digest": result.image_digest}
         # a backend that places trials on other machines (ray) says where this one ran
-        node = getattr(result, "node", None)
+        node = result.node
         if node:
             record.sandbox["node"] = dict(node)
-            record.sandbox["gpus"] = list(getattr(result, "gpus", []))
+            record.sandbox["gpus"] = list(result.gpus)
             self.reporter.info(
                 f"    {record.trial_id} ran on node {node.get('node_id', '?')} ({node.get('hostname', '?')}, "
                 f"{node.get('node_ip', '?')})"
@@ -351,19 +346,16 @@ class Research(Screened):
             record.status, record.error = "failed", str(exc)
             self.reporter.error(f"{record.trial_id}: {exc}")
             return {"current": record.model_dump(mode="json")}
-        sealed, scored = record.checkpoint_sha256, answer.get("files_sha256")
+        sealed, scored = record.checkpoint_sha256, answer.files_sha256
         if sealed and scored and sealed != scored:  # cannot happen while trials write only their own folder
             self.reporter.error(
                 f"{record.trial_id}: the grader scored files (sha256 {scored[:12]}) other than the checkpoint sealed "
                 f"when the trial ended ({sealed[:12]})"
             )
-        record.score = float(answer["score"])
-        record.submission_id = answer.get("submission_id")
-        record.grading = {**answer, "wall_s": round(time.monotonic() - started, 3)}
-        return {
-            "current": record.model_dump(mode="json"),
-            "submissions": int(answer.get("total_submissions", 0)),
-        }
+        record.score = answer.score
+        record.submission_id = answer.submission_id
+        record.grading = {**answer.model_dump(mode="json"), "wall_s": round(time.monotonic() - started, 3)}
+        return {"current": record.model_dump(mode="json"), "submissions": answer.total_submissions}
 
     def record(self, state: LoopState) -> dict[str, Any]:
         record = TrialRecord.model_validate(state["current"])
@@ -444,7 +436,7 @@ class Research(Screened):
         graded, update = self.submit_at_end(state, self.submit) if status != "failed" else (state, {})
         final = finalize(self, graded, success=status != "failed", status=status, reason=reason)
         if self.config.memory:  # lessons for later runs on this benchmark and model (agent.proposers.memory)
-            from agent.proposers.memory import remember_run
+            from agent.proposers import remember_run
 
             c, trials = self.config, self.trials(graded)
             baseline = graded.get("baseline_score")

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from agent.loop.trials import PreparedTrial, fresh_output, plugin_mounts, python_for, sandbox_request
-from agent.run.workspace import RunPaths, atomic_write_json
+from agent.run import RunPaths, atomic_write_json
 from sandbox import untrusted
 from sandbox.base import Sandbox, SandboxRequest, SandboxResult, maps_paths
 from sandbox.view import TrialView

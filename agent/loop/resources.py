@@ -2,7 +2,7 @@
 
 They are rebuilt, never deserialised, when a run resumes: the graph's state holds only plain data, and the grader
 comes back (with its whole store) the first time a node asks for it. What the driver built before the nodes exist is
-the run's `agent.run.context.RunContext`; `agent.loop.nodes.Research` adds the nodes.
+the run's `agent.loop.context.RunContext`; `agent.loop.nodes.Research` adds the nodes.
 """
 
 from __future__ import annotations
@@ -12,18 +12,22 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agent.llm.budget import Budget
+from agent.core import Proposal, TrialRecord
+from agent.llm import Budget
 from agent.loop import prewarm
+from agent.loop.context import RunContext
 from agent.loop.graph import LoopState
 from agent.loop.prewarm import WarmTrial
-from agent.loop.trials import PreparedTrial, allowed_recipes, prepare_trial, python_for, trial_request
-from agent.proposers.base import Proposal, Proposer, TrialRecord
-from agent.run.config import RunConfig
-from agent.run.context import RunContext
-from agent.run.grading import GraderProcess
-from agent.run.reporting import Reporter
-from agent.run.tracking import Tracker
-from agent.run.workspace import RunPaths
+from agent.loop.trials import (
+    PreparedTrial,
+    SandboxScripts,
+    allowed_recipes,
+    prepare_trial,
+    python_for,
+    trial_request,
+)
+from agent.proposers import Proposer
+from agent.run import GraderProcess, Reporter, RunConfig, RunPaths, Tracker
 from grader.benchmarks import Benchmark
 from sandbox import untrusted
 from sandbox.base import Sandbox, SandboxRequest, maps_paths
@@ -84,6 +88,11 @@ class RunResources:
     @property
     def benchmark(self) -> Benchmark:
         return self.context.benchmark
+
+    @property
+    def scripts(self) -> SandboxScripts:
+        """What runs the proposer's scripts: in the run's sandbox, each as a trial of its own."""
+        return SandboxScripts(self.paths, self.sandbox, self.base_model)
 
     @property
     def isolation(self) -> str:

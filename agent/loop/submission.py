@@ -19,11 +19,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal, cast
 
+from agent.core import TrialRecord, Validation
 from agent.loop.graph import LoopState
 from agent.loop.resources import RunResources
 from agent.loop.validation import (
     BASE_ID,
-    Validation,
     clearly_apart,
     load_validation,
     paired_gain_low,
@@ -32,8 +32,7 @@ from agent.loop.validation import (
     validate,
     validation_file,
 )
-from agent.proposers.base import TrialRecord
-from agent.run.interrupts import failpoint
+from agent.run import failpoint
 from grader.config import EvalConfig
 from grader.figures import run_figures
 

@@ -22,9 +22,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from agent.loop.proposal_paths import closed_field_problems, proposal_problems
-from agent.proposers.base import Proposal, TrialRecord
-from agent.run.workspace import RunPaths, atomic_write_json, atomic_write_text
+from agent.core import Proposal, TrialRecord
+from agent.proposers import closed_field_problems, proposal_problems
+from agent.run import RunPaths, atomic_write_json, atomic_write_text
 from sandbox import untrusted
 from sandbox.base import Mount, Sandbox, SandboxRequest, SandboxResult, maps_paths
 from sandbox.namespaces import hand_to_sandbox_user
@@ -50,7 +50,7 @@ class TrialSetupError(ValueError):
 
 
 class ProposalRefusedError(TrialSetupError):
-    """The proposal sets a field the loop owns or names a file the trial cannot see (agent.loop.proposal_paths)."""
+    """The proposal sets a field the loop owns or names a file the trial cannot see (agent.proposers.proposal_paths)."""
 
 
 class WarmStartError(TrialSetupError):
@@ -83,8 +83,7 @@ def check_proposal(proposal: Proposal, *, seen: TrialView) -> None:
 def python_for(sandbox: Sandbox) -> str:
     """The interpreter a trial runs with, as its backend declares it (`python`: ours for local processes, the
     image's for containers); "python" on the trial's PATH for a backend that declares none."""
-    declared = getattr(sandbox, "python", None)
-    return declared if isinstance(declared, str) and declared else "python"
+    return sandbox.python or "python"
 
 
 def start_checkpoint(
@@ -425,3 +424,34 @@ def allowed_recipes(allowed: str | None) -> list[str]:
     if unknown:
         raise ValueError(f"unknown recipe(s) {', '.join(unknown)} in --recipes; known: {', '.join(known)}")
     return wanted
+
+
+@dataclass(frozen=True)
+class SandboxScripts:
+    """Runs the LLM proposer's scripts (its `run_script` tool) in the run's sandbox, each like a trial: a folder of
+    its own under trials/ (its one writable output), the workspace and the base model read-only, no network. The
+    loop hands this to the proposer's tools (`agent.proposers.base.RunView.scripts`); they never import the loop."""
+
+    paths: RunPaths
+    sandbox: Sandbox
+    base_model: Path  # what a script sees as the model (the run's base model)
+
+    def __call__(
+        self, script_id: str, code: str, *, timeout_s: float, memory_mb: int
+    ) -> tuple[SandboxResult, Path]:
+        folder = fresh_output(
+            self.paths, script_id
+        )  # the host's folder, and the script's one writable output
+        atomic_write_text(folder / "script.py", code)
+        host = trial_folders(self.paths, script_id, self.base_model, self.base_model)
+        seen = host.seen(maps_paths(self.sandbox))
+        request = sandbox_request(
+            PreparedTrial([python_for(self.sandbox), str(seen.trial / "script.py")], host, seen),
+            trial_id=script_id,
+            paths=self.paths,
+            timeout_s=timeout_s,
+            memory_mb=memory_mb,
+            cpus=None,
+        )
+        request.labels["rlloop.tool"] = "run_script"
+        return self.sandbox.run(request), folder

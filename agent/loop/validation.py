@@ -23,8 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field
-
+from agent.core import Validation, ValidSample
 from grader.benchmarks.base import Benchmark, Sample
 from grader.config import EvalConfig
 from grader.stats import bootstrap_ci
@@ -35,35 +34,8 @@ from tasks.textgames import TextArenaGameBenchmark
 
 VALID_LIMIT = 500  # samples of the valid split scored per checkpoint by default (`RunConfig.valid_limit`)
 BASE_ID = "base"  # the folder under trials/ that holds the base model's validation.json
-CEILING = 0.99  # a valid CI lower bound at or above this: the score cannot rise beyond noise
 VALID_CHUNK = 100  # a checkpoint is validated this many samples at a time, until its place is clear
 EARLY_LEVEL = 0.99  # the interval that must clear the reference before a validation stops early
-
-
-class ValidSample(BaseModel):
-    id: str
-    prompt: str
-    expected: str
-    got: str
-    correct: float
-
-
-class Validation(BaseModel):
-    """One checkpoint's score on the valid split, with its bootstrap CI and every sample's answer."""
-
-    score: float
-    n: int
-    ci_low: float
-    ci_high: float
-    seconds: float = 0.0
-    planned: int | None = None  # the samples it would have scored, when it stopped once its answer was clear
-    samples: list[ValidSample] = Field(default_factory=list)
-
-    def text(self) -> str:
-        return f"{self.score:.3f} [{self.ci_low:.3f},{self.ci_high:.3f}]"
-
-    def by_id(self) -> dict[str, float]:
-        return {s.id: s.correct for s in self.samples}
 
 
 def valid_samples(benchmark: Benchmark, limit: int | None = VALID_LIMIT) -> list[Sample]:

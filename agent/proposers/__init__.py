@@ -4,17 +4,45 @@ name in `PROPOSERS` (plugins: the `rlloop.proposers` entry point group); `RunCon
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
 
-from tasks.plugins import Registry
+from agent.core import Proposal, ProposalContext, Proposes, TrialRecord
+from agent.proposers.base import Proposer, ProposerBase, RunView, SearchDone, with_hooks
+from agent.run import PROPOSERS, ProposerFactory
 
 if TYPE_CHECKING:
-    from agent.llm.budget import Budget
-    from agent.proposers.base import Proposer, Proposes
-    from agent.run.config import RunConfig
+    from agent.llm import Budget
+    from agent.proposers.memory import remember_run
+    from agent.proposers.proposal_paths import (
+        LOOP_OWNED_FIELDS,
+        closed_field_problems,
+        is_path_name,
+        proposal_problems,
+    )
+    from agent.proposers.static_check import check_code
+    from agent.run import RunConfig
 
-ProposerFactory = Callable[["RunConfig", "Budget"], "Proposes"]
+__all__ = [
+    "LOOP_OWNED_FIELDS",
+    "PROPOSERS",
+    "Proposal",
+    "ProposalContext",
+    "Proposer",
+    "ProposerBase",
+    "ProposerFactory",
+    "Proposes",
+    "RunView",
+    "SearchDone",
+    "TrialRecord",
+    "check_code",
+    "closed_field_problems",
+    "is_path_name",
+    "make_proposer",
+    "proposal_problems",
+    "register_builtins",
+    "remember_run",
+]
 
 
 # what `builtin` (the default without a driver model) runs; measured in benchmarks/research_ladder.py
@@ -87,7 +115,8 @@ def _llm(config: RunConfig, budget: Budget) -> Proposes:
     )
 
 
-def _register_builtins() -> None:
+def register_builtins() -> None:
+    """The built-in proposers, registered in `PROPOSERS` (which calls this when it is first used)."""
     PROPOSERS.register("builtin", _builtin)
     PROPOSERS.register("greedy", _greedy)
     PROPOSERS.register("tree", _tree)
@@ -100,13 +129,27 @@ def _register_builtins() -> None:
     PROPOSERS.register("llm", _llm)
 
 
-PROPOSERS: Registry[ProposerFactory] = Registry(
-    "proposer", "rlloop.proposers", builtins=_register_builtins, reserved=("auto",)
-)
-
-
 def make_proposer(config: RunConfig, budget: Budget) -> Proposer:
     """The proposer `config` names (`config.proposer_name` resolves "auto"), with the loop's hooks."""
-    from agent.proposers.base import with_hooks
-
     return with_hooks(PROPOSERS.get(config.proposer_name)(config, budget))
+
+
+# The face of this part: what the other parts of agent/ may use of it (tests/test_layers.py holds them to it), each
+# name loaded from the module that defines it on first use, so importing one module of the part loads no other.
+_FACE: dict[str, str] = {
+    "LOOP_OWNED_FIELDS": "agent.proposers.proposal_paths",
+    "check_code": "agent.proposers.static_check",
+    "closed_field_problems": "agent.proposers.proposal_paths",
+    "is_path_name": "agent.proposers.proposal_paths",
+    "proposal_problems": "agent.proposers.proposal_paths",
+    "remember_run": "agent.proposers.memory",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _FACE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = import_module(module) if module == f"{__name__}.{name}" else getattr(import_module(module), name)
+    globals()[name] = value
+    return value

@@ -3,19 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Protocol, cast, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, cast, runtime_checkable
 
-from pydantic import BaseModel, Field, computed_field, model_validator
+from agent.core import Proposal, ProposalContext, Proposes
 
 if TYPE_CHECKING:
-    from agent.llm.budget import Budget
-    from agent.run.config import RunConfig
-    from agent.run.reporting import Reporter
-    from agent.run.workspace import RunPaths
-    from sandbox.base import Sandbox
-
-TrialStatus = Literal["pending", "running", "succeeded", "failed", "rejected", "skipped"]
-Operator = Literal["draft", "improve", "debug", "ablate"]
+    from agent.llm import Budget
+    from agent.run import Reporter, RunConfig, RunPaths
+    from sandbox.base import Sandbox, SandboxResult
 
 
 class SearchDone(Exception):  # noqa: N818 - a signal, not an error
@@ -23,127 +18,14 @@ class SearchDone(Exception):  # noqa: N818 - a signal, not an error
     finished, with this exception's message as its stop reason."""
 
 
-class Proposal(BaseModel):
-    """The next experiment: which recipe, with which hyperparameters, starting from which checkpoint."""
+class RunsScripts(Protocol):
+    """Runs one script in the run's sandbox as a trial would be run (`agent.loop.trials.SandboxScripts`): handed to
+    the proposer's tools by the loop, so they run code without importing the loop. Returns the sandbox's result
+    and the host's folder the script wrote (its log.txt)."""
 
-    hypothesis: str = Field(description="What this trial tests, in one sentence.")
-    rationale: str = Field(default="", description="Why, given the trials so far.")
-    recipe: str = Field(
-        description="A trainer recipe name, e.g. 'sft' or 'grpo' (see `python -m trainers --list`)."
-    )
-    hyperparameters: dict[str, Any] = Field(
-        default_factory=dict, description="Fields of the recipe's config, e.g. learning_rate, max_steps."
-    )
-    init_from: str | None = Field(
-        default=None,
-        description="trial_id whose checkpoint to continue from; None starts from the base model.",
-    )
-    train_py: str | None = Field(
-        default=None,
-        description="Optional training script run instead of the recipe; it must write a checkpoint.",
-    )
-    estimated_cost_s: float | None = Field(default=None, description="Estimated compute seconds.")
-    parent: str | None = Field(
-        default=None,
-        description="The node of the search tree this trial branches from: a finished trial id, or None for the "
-        "base model. The same as init_from (either may be given; they must agree).",
-    )
-    operator: Operator = Field(
-        default="draft",
-        description="draft: a new line of attack from the base model; improve: a step on from the parent; debug: "
-        "repair a failed trial; ablate: change one thing of an earlier trial from the same parent.",
-    )
-
-    @model_validator(mode="before")
-    @classmethod
-    def _parent_is_init_from(cls, data: Any) -> Any:
-        """`parent` names the tree node, `init_from` the checkpoint trained from: one fact, kept in both fields
-        (old proposals and old checkpoints have only init_from); the operator defaults from it."""
-        if not isinstance(data, dict):
-            return data
-        parent, start = data.get("parent"), data.get("init_from")
-        if parent is not None and start is not None and parent != start:
-            raise ValueError(
-                f"parent {parent!r} and init_from {start!r} differ; give one of them (they name the same trial)"
-            )
-        node = parent if parent is not None else start
-        data = {**data, "parent": node, "init_from": node}
-        if data.get("operator") is None:
-            data["operator"] = "draft" if node is None else "improve"
-        return data
-
-
-class TrialRecord(BaseModel):
-    """One trial as the loop remembers it: enough for a proposer to learn from and a person to audit."""
-
-    trial_id: str
-    index: int
-    proposal: Proposal
-    status: TrialStatus = "pending"
-    score: float | None = None  # the grader's (public) score of this trial's checkpoint
-    submission_id: int | None = None
-    train_metrics: dict[str, float] = Field(default_factory=dict)
-    error: str | None = None  # one line: what broke
-    log_tail: str = ""
-    duration_s: float = 0.0  # the host's seconds from preparing the trial to its sandbox's end
-    validation_s: float = 0.0  # the host's seconds validating its checkpoint
-    checkpoint: str | None = (
-        None  # the trial's output checkpoint, relative to the run folder (trials/<id>/output)
-    )
-    # its digest (sandbox.untrusted.tree_digest) when the trial ended: checked before it is used as a parent or
-    # reported as the run's best, and against the one the grader took of what it scored
-    checkpoint_sha256: str | None = None
-    grading: dict[str, Any] = Field(default_factory=dict)  # the grader's answer to this trial's submission
-    approval: dict[str, Any] | None = None  # who decided, when, why (when the approval policy gated it)
-    sandbox: dict[str, Any] = Field(default_factory=dict)  # backend and image digest the trial ran with
-    # the checkpoint's score on the workspace's public valid split (agent.loop.validation), free of any submission
-    valid_score: float | None = None
-    valid_ci_low: float | None = None
-    valid_ci_high: float | None = None
-    valid_n: int | None = None
-    submission_note: str | None = None  # why the submission policy sent it to the grader or kept it back
-
-    @computed_field  # type: ignore[prop-decorator]
-    @property
-    def wall_s(self) -> float:
-        """What the trial cost, as a user pays it: preparing, training in the sandbox (start-up, load, save) and
-        validating its checkpoint. The run's compute budget and every report count this; the trial's own
-        training seconds (train_metrics["train_seconds"]) are shown beside it."""
-        return round(self.duration_s + self.validation_s, 2)
-
-    @property
-    def train_s(self) -> float | None:
-        """The trainer's own training seconds (as its metrics.json said: the trial's word, for display only)."""
-        return self.train_metrics.get("train_seconds")
-
-
-class ProposalContext(BaseModel):
-    """Everything a proposer may use to decide. Never contains hidden test data."""
-
-    run_id: str
-    benchmark: str
-    benchmark_description: str
-    base_model: str
-    baseline_score: float | None
-    # the base model's score on the valid split, with its 95% CI (None: not validated)
-    baseline_valid_score: float | None = None
-    baseline_valid_ci: tuple[float, float] | None = None
-    best_score: float | None
-    best_trial_id: str | None
-    trials: list[TrialRecord]
-    trials_left: int
-    seconds_left: float
-    submissions_left: int | None = None
-    recipes: list[str] = Field(default_factory=list)
-    seed: int = 0
-    # wall seconds each trial gets when the run fixes them (`--trial-seconds`); None: a share of the time left
-    trial_seconds: float | None = None
-    # wall seconds of trials the run may still spend (`--max-compute-s` less what was spent); None: no such cap
-    compute_left_s: float | None = None
-    feedback: str | None = None  # e.g. a human's rejection reason for the previous proposal
-    # where the run's files are, so a proposer can check the paths it proposes (agent.loop.proposal_paths); None: unknown
-    workspace: str | None = None
-    base_model_path: str | None = None
+    def __call__(
+        self, script_id: str, code: str, *, timeout_s: float, memory_mb: int
+    ) -> tuple[SandboxResult, Path]: ...
 
 
 class RunView(Protocol):
@@ -167,18 +49,14 @@ class RunView(Protocol):
     @property
     def base_model(self) -> Path: ...
 
+    @property
+    def scripts(self) -> RunsScripts:
+        """Runs a proposer's scripts in the run's sandbox (the LLM proposer's `run_script` tool)."""
+        ...
+
     def secrets(self) -> tuple[str, ...]:
         """What no result shown to a proposer may carry (the grader's token)."""
         ...
-
-
-@runtime_checkable
-class Proposes(Protocol):
-    """The least a proposer plugin implements: a name and `propose` (`make_proposer` gives it the hooks' defaults)."""
-
-    name: str
-
-    def propose(self, context: ProposalContext) -> Proposal: ...
 
 
 @runtime_checkable

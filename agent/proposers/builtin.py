@@ -13,8 +13,8 @@ best checkpoint's valid CI lower bound reaches the ceiling. This greedy cascade 
 
 from __future__ import annotations
 
-from agent.loop.validation import CEILING
-from agent.proposers.base import Operator, Proposal, ProposalContext, ProposerBase, SearchDone, TrialRecord
+from agent.core import CEILING, Operator, Proposal, ProposalContext, TrialRecord
+from agent.proposers.base import ProposerBase, SearchDone
 
 DEFAULT_LR = {"sft": 1e-3, "grpo": 1e-4, "opo": 1e-4, "dpo": 5e-5, "gad": 1e-4, "rft": 1e-3}
 RL_CYCLE = (

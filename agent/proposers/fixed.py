@@ -5,7 +5,8 @@ every search policy must beat at equal compute (benchmarks/research_ladder.py)."
 
 from __future__ import annotations
 
-from agent.proposers.base import Proposal, ProposalContext, ProposerBase
+from agent.core import Proposal, ProposalContext
+from agent.proposers.base import ProposerBase
 from agent.proposers.builtin import DEFAULT_LR, trial_budget
 
 

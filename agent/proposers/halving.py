@@ -21,7 +21,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from agent.proposers.base import Proposal, ProposalContext, ProposerBase, SearchDone, TrialRecord
+from agent.core import Proposal, ProposalContext, TrialRecord
+from agent.proposers.base import ProposerBase, SearchDone
 from agent.proposers.builtin import trial_budget, value
 from agent.proposers.data_moves import carried, data_report
 from agent.proposers.tree import Move, build_tree, moves

@@ -22,12 +22,19 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from agent.llm.budget import Budget
-from agent.llm.client import CallRecord, ChatReply, LLMClient, LLMSettings, Message
-from agent.llm.errors import LLMError, LLMUnavailableError
-from agent.llm.pricing import PriceTable
-from agent.loop.proposal_paths import closed_field_problems, proposal_problems
-from agent.proposers.base import Proposal, ProposalContext, ProposerBase, RunView
+from agent.core import Proposal, ProposalContext
+from agent.llm import (
+    Budget,
+    CallRecord,
+    ChatReply,
+    LLMClient,
+    LLMError,
+    LLMSettings,
+    LLMUnavailableError,
+    Message,
+    PriceTable,
+)
+from agent.proposers.base import ProposerBase, RunView
 from agent.proposers.prompts import (
     echo,
     proposal_prompt,
@@ -38,10 +45,11 @@ from agent.proposers.prompts import (
     tool_budget_spent,
     tools_note,
 )
+from agent.proposers.proposal_paths import closed_field_problems, proposal_problems
 from agent.proposers.recipes import RecipeCatalog
 from agent.proposers.static_check import check_code
 from agent.proposers.tools import ToolCallRecord, ToolEnv, call_tool, tool_specs
-from agent.run.tracking import child_span
+from agent.run import child_span
 from tasks.atomic import atomic_write_text
 
 logger = logging.getLogger(__name__)

@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
-from agent.proposers.base import TrialRecord
+from agent.core import TrialRecord
 from tasks import once
 from tasks.atomic import atomic_write_text
 

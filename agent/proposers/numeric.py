@@ -21,7 +21,8 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agent.proposers.base import Proposal, ProposalContext, ProposerBase, RunView, TrialRecord
+from agent.core import Proposal, ProposalContext, TrialRecord
+from agent.proposers.base import ProposerBase, RunView
 from agent.proposers.builtin import DEFAULT_LR, trial_budget, value
 from agent.proposers.data_moves import data_report, takes_row_moves
 

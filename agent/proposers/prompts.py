@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from agent.llm.budget import Budget
-from agent.proposers.base import Proposal, ProposalContext
+from agent.core import Proposal, ProposalContext
+from agent.llm import Budget
 from agent.proposers.recipes import RecipeCatalog
 from agent.proposers.trial_tree import render_trial_tree
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import random
 
-from agent.proposers.base import Proposal, ProposalContext, ProposerBase
+from agent.core import Proposal, ProposalContext
+from agent.proposers.base import ProposerBase
 from agent.proposers.builtin import DEFAULT_LR, trial_budget, value
 from agent.proposers.data_moves import data_report, takes_row_moves
 

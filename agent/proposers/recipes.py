@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from agent.loop.proposal_paths import (
+from agent.proposers.proposal_paths import (
     LOOP_OWNED_FIELDS,  # fields the loop fills in; a proposal must not set them
 )
 

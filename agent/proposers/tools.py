@@ -27,14 +27,13 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from sandbox import untrusted
-from tasks.atomic import atomic_write_text
 from tasks.plugins import Registry
 
 if TYPE_CHECKING:
-    from agent.llm.budget import Budget
-    from agent.proposers.base import RunView, TrialRecord
-    from agent.run.workspace import RunPaths
-    from sandbox.base import Sandbox
+    from agent.core import TrialRecord
+    from agent.llm import Budget
+    from agent.proposers.base import RunsScripts, RunView
+    from agent.run import RunPaths
 
 MAX_RESULT_CHARS = 6000  # what one tool result may put in the prompt
 MAX_SOURCE_CHARS = 12000
@@ -53,7 +52,9 @@ class ToolEnv:
     trials: list[TrialRecord] = field(default_factory=list)
     trials_dir: Path | None = None  # the host's trial records; beside the workspace (RunPaths) when None
     paths: RunPaths | None = None
-    sandbox: Sandbox | None = None
+    scripts: RunsScripts | None = (
+        None  # runs `run_script`'s code in the run's sandbox (handed in by the loop)
+    )
     budget: Budget | None = None
     base_model: Path | None = None
     trial_id: str = "t00"  # the trial being proposed: its scripts run in trials/<trial_id>-script<n>
@@ -71,7 +72,7 @@ class ToolEnv:
             trials=trials,
             trials_dir=run.paths.trials_dir,
             paths=run.paths,
-            sandbox=run.sandbox,
+            scripts=run.scripts,
             budget=run.budget,
             base_model=run.base_model,
             trial_id=trial_id,
@@ -84,7 +85,7 @@ class ToolEnv:
     def tool_names(self) -> list[str]:
         """The tools this environment offers."""
         return [
-            n for n in TOOLS.names() if not (n == "run_script" and (self.scripts_off or self.sandbox is None))
+            n for n in TOOLS.names() if not (n == "run_script" and (self.scripts_off or self.scripts is None))
         ]
 
     def data_file(self, split: str) -> Path:
@@ -287,7 +288,7 @@ def _validation_results(env: ToolEnv, args: ValidationArgs) -> ToolOutput:
             f"trial {args.trial_id} has no validation results (no trials/{args.trial_id}/validation.json); "
             f"trials: {env.trial_ids()}"
         )
-    from agent.loop.validation import Validation
+    from agent.core import Validation
 
     try:  # the host's own file, read back only in its own shape
         data = Validation.model_validate_json(env.read(args.trial_id, "validation.json")).model_dump()
@@ -392,32 +393,15 @@ def _scripts_off(approval: str) -> str | None:
 def _run_script(env: ToolEnv, args: ScriptArgs) -> ToolOutput:
     if env.scripts_off:
         raise ToolFailure(env.scripts_off)
-    if env.sandbox is None or env.paths is None:
+    if env.scripts is None:
         raise ToolFailure("run_script is not available here (no sandbox): reason from the other tools")
     if env.budget is not None and (reason := env.budget.exhausted()):
         raise ToolFailure(f"no compute left for scripts: {reason}")
-    from agent.loop.trials import PreparedTrial, fresh_output, python_for, sandbox_request, trial_folders
-    from sandbox.base import maps_paths
-
     env.scripts_run += 1
     script_id = f"{env.trial_id}-script{env.scripts_run}"
-    folder = fresh_output(env.paths, script_id)  # the host's folder, and the script's one writable output
-    atomic_write_text(folder / "script.py", args.code)
-    base = env.base_model or env.workspace
-    host = trial_folders(env.paths, script_id, base, base)
-    seen = host.seen(maps_paths(env.sandbox))
     timeout = min(args.timeout_s, env.script_timeout_s)
-    request = sandbox_request(
-        PreparedTrial([python_for(env.sandbox), str(seen.trial / "script.py")], host, seen),
-        trial_id=script_id,
-        paths=env.paths,
-        timeout_s=timeout,
-        memory_mb=env.script_memory_mb,
-        cpus=None,
-    )
-    request.labels["rlloop.tool"] = "run_script"
     started = time.monotonic()
-    result = env.sandbox.run(request)
+    result, folder = env.scripts(script_id, args.code, timeout_s=timeout, memory_mb=env.script_memory_mb)
     seconds = time.monotonic() - started
     if env.budget is not None:
         env.budget.record_compute(seconds)

@@ -29,16 +29,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent.loop.validation import CEILING
-from agent.proposers.base import (
-    Operator,
-    Proposal,
-    ProposalContext,
-    ProposerBase,
-    RunView,
-    SearchDone,
-    TrialRecord,
-)
+from agent.core import CEILING, Operator, Proposal, ProposalContext, TrialRecord
+from agent.proposers.base import ProposerBase, RunView, SearchDone
 from agent.proposers.builtin import DEFAULT_LR, RL_CYCLE, trial_budget, value
 from agent.proposers.data_moves import DataReport, carried, data_report, takes_row_moves
 from agent.proposers.numeric import NumericHalf

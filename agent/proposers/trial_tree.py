@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from agent.proposers.base import Proposal, TrialRecord
+from agent.core import Proposal, TrialRecord
 
 MAX_TEXT = 200
 MAX_METRICS = 4

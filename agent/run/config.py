@@ -267,7 +267,7 @@ class RunConfig(BaseSettings):
     @field_validator("proposer")
     @classmethod
     def _proposer(cls, value: str) -> str:
-        from agent.proposers import PROPOSERS
+        from agent.run.plugins import PROPOSERS
 
         return PROPOSERS.check(value)
 

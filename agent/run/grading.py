@@ -18,6 +18,7 @@ import httpx
 from agent.run.children import Child, kill_tree, spawn_child
 from agent.run.config import RunConfig
 from agent.run.workspace import RunPaths, atomic_write_json
+from grader.contract import EvalConfig, FinalizeAnswer, GraderConfig, SubmitAnswer
 from sandbox.devices import DevicePlan, plan_devices
 from tasks import procfs
 
@@ -69,42 +70,39 @@ def grader_config(
     isolation: str = "unknown",
     prompt_format: str = "plain",
     system_prompt: str | None = None,
-) -> dict[str, Any]:
+) -> GraderConfig:
     """The grader's config: its private folder, the one root submissions may come from, and the run's rules."""
-    return {
-        "run_id": paths.run_id,
-        "benchmark": benchmark,
-        "base_model": str(base_model),
-        "private_dir": str(paths.grader_dir),
-        "scores_mirror": str(paths.scores_json),
-        "token": token,
-        "host": host,
-        "port": port,
+    # chat: the grader renders with the base model's template and pins its hash and stop tokens
+    chat = {"prompt_style": "chat", "system_prompt": system_prompt} if prompt_format == "chat" else {}
+    return GraderConfig(
+        run_id=paths.run_id,
+        benchmark=benchmark,
+        base_model=base_model,
+        private_dir=paths.grader_dir,
+        scores_mirror=paths.scores_json,
+        token=token,
+        host=host,
+        port=port,
         # trials write only trials/<id>/output, an external agent only agent/: submissions come from there
-        "allowed_roots": [str(paths.trials_dir), str(paths.agent_dir)],
-        "max_submissions": max_submissions,
-        "min_interval_s": min_interval_s,
-        "public_fraction": public_fraction or None,
-        "test_seed": test_seed,  # None: the grader's own secret, in its private folder
-        "isolation": isolation,  # stamped on every score (the weakest over all starts of the run)
-        "eval": {
-            "limit": eval_limit,
-            "batch_size": eval_batch_size,
-            # chat: the grader renders with the base model's template and pins its hash and stop tokens
-            **({"prompt_style": "chat", "system_prompt": system_prompt} if prompt_format == "chat" else {}),
-        },
-    }
+        allowed_roots=[paths.trials_dir, paths.agent_dir],
+        max_submissions=max_submissions,
+        min_interval_s=min_interval_s,
+        public_fraction=public_fraction or None,
+        test_seed=test_seed,  # None: the grader's own secret, in its private folder
+        isolation=isolation,  # stamped on every score (the weakest over all starts of the run)
+        eval=EvalConfig.model_validate({"limit": eval_limit, "batch_size": eval_batch_size, **chat}),
+    )
 
 
 class GraderProcess:
     """A grading server owned by one research run. Reuses the run's token and store across restarts (resume)."""
 
-    def __init__(self, paths: RunPaths, config: dict[str, Any]) -> None:
+    def __init__(self, paths: RunPaths, config: GraderConfig) -> None:
         self.paths = paths
         self.config = config
         self.child: Child | None = None
-        self.url = f"http://{config['host']}:{config['port']}"
-        self.token: str = config["token"]
+        self.url = f"http://{config.host}:{config.port}"
+        self.token: str = config.token
 
     @property
     def proc(self) -> subprocess.Popen[bytes] | None:
@@ -148,7 +146,8 @@ class GraderProcess:
             token = json.loads(config_path.read_text())["token"]
         config = grader_config(paths, port=free_port(), token=token, **kwargs)
         paths.grader_dir.mkdir(parents=True, exist_ok=True)
-        atomic_write_json(config_path, config, mode=0o600)  # the token: never readable by others
+        # the fields set here, as the grader reads them (`GraderConfig`); the token: never readable by others
+        atomic_write_json(config_path, config.model_dump(mode="json", exclude_unset=True), mode=0o600)
         return cls(paths, config)
 
     def stop_stale(self) -> str | None:
@@ -206,7 +205,7 @@ class GraderProcess:
     def _headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.token}"}
 
-    def submit(self, model_path: Path, timeout_s: float = 1800.0) -> dict[str, Any]:
+    def submit(self, model_path: Path, timeout_s: float = 1800.0) -> SubmitAnswer:
         response = httpx.post(
             f"{self.url}/submit",
             json={"model_path": str(model_path)},
@@ -221,7 +220,12 @@ class GraderProcess:
             raise GraderError(
                 f"grader refused the submission ({response.status_code}): {detail or response.text}"
             )
-        return dict(body)
+        try:
+            return SubmitAnswer.model_validate(body)
+        except ValueError as exc:
+            raise GraderError(
+                f"the grader's answer to the submission is not a /submit answer: {exc}"
+            ) from None
 
     def get(self, path: str) -> Any:
         response = httpx.get(f"{self.url}{path}", headers=self._headers(), timeout=30.0)
@@ -232,7 +236,10 @@ class GraderProcess:
         response = httpx.post(f"{self.url}/finalize", headers=self._headers(), timeout=1800.0)
         if response.status_code >= 400:
             raise GraderError(f"grader could not finalize ({response.status_code}): {response.text[:300]}")
-        return dict(response.json())
+        try:  # checked against the contract, handed on as the JSON the grader sent
+            return FinalizeAnswer.model_validate(response.json()).model_dump(mode="json")
+        except ValueError as exc:
+            raise GraderError(f"the grader's answer to finalize is not a /finalize answer: {exc}") from None
 
     def stop(self) -> None:
         """Stop the server and all it started: SIGTERM, SIGKILL after 10 s (an evaluation may hold it up)."""

@@ -22,7 +22,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field, field_serializer
 
-from agent.llm.budget import BudgetSpent
+from agent.llm import BudgetSpent
 from grader.figures import RunFigures, run_figures
 from tasks.atomic import atomic_write
 

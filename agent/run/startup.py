@@ -1,6 +1,7 @@
 """What every run sets up before its first step, the research loop and an external agent alike: its folder and
 record on disk, its budget, and its sandbox. A research run's driver comes here twice: `start_run` (the folder and
-record, before its log exists) and `build_context` (everything its nodes work with), and never again."""
+record, before its log exists) and `agent.loop.context.build_context` (everything its nodes work with), and
+never again."""
 
 from __future__ import annotations
 
@@ -9,14 +10,10 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from agent.llm.budget import Budget, BudgetLimits
-from agent.proposers import make_proposer
+from agent.llm import Budget, BudgetLimits
 from agent.run.config import RunConfig
-from agent.run.context import RunContext
-from agent.run.models import resolve_base_model
 from agent.run.reporting import Reporter
-from agent.run.workspace import RunPaths, ensure_home, new_run_id, prepare_workspace
-from grader.benchmarks import get_benchmark
+from agent.run.workspace import RunPaths, ensure_home, new_run_id
 from sandbox.base import Sandbox
 from sandbox.devices import DevicePlan, plan_devices
 from sandbox.registry import isolation_of
@@ -29,7 +26,7 @@ class IsolationRequiredError(ValueError):
 
 @dataclass(frozen=True)
 class StartedRun:
-    """A research run with its folder and record on disk, before anything slow: what `build_context` builds on."""
+    """A research run with its folder and record on disk, before anything slow: what `agent.loop.context.build_context` builds on."""
 
     config: RunConfig  # a resumed run's own saved config
     paths: RunPaths
@@ -51,42 +48,6 @@ def start_run(config: RunConfig, resume_run_id: str | None = None) -> StartedRun
     devices = plan_devices(config.trial_gpus)
     record_run(config, paths)
     return StartedRun(config=config, paths=paths, devices=devices, came_back=came_back)
-
-
-def build_context(started: StartedRun, reporter: Reporter) -> RunContext:
-    """Everything the research loop's nodes work with, built once: the base model (built or fetched on first use),
-    the workspace's splits, the budget (a resumed run goes on from what it spent), the proposer and the sandbox."""
-    config, paths = started.config, started.paths
-    benchmark = get_benchmark(config.benchmark)
-    base_model = resolve_base_model(
-        config.base_model,
-        config.home,
-        on_build=lambda n: reporter.info(f"building the built-in model {n} (first use, about a minute)"),
-    )
-    with reporter.watching(f"writing the {config.benchmark} train/valid splits into the workspace"):
-        prepare_workspace(paths, benchmark)  # generated games take a minute the first time
-    budget = make_budget(config, paths.budget_ledger)
-    proposer = make_proposer(config, budget)
-    write_recipe_catalog(paths, reporter)
-    sandbox = open_sandbox(config, reporter, require_isolation=False)
-    # trials placed on other machines (ray): each machine must see the run's folder, else the run stops here
-    check_storage = getattr(sandbox, "check_shared_storage", None)
-    if callable(check_storage):
-        with reporter.watching("checking that every node that may run trials sees the run's folder"):
-            nodes = check_storage(paths.run_dir, paths.home)
-        reporter.info(f"shared storage: {len(nodes)} trial node(s) see {paths.run_dir}")
-    reporter.info(f"proposer: {proposer.name} | sandbox: {sandbox.name} | workspace: {paths.workspace}")
-    return RunContext(
-        config=config,
-        paths=paths,
-        reporter=reporter,
-        proposer=proposer,
-        sandbox=sandbox,
-        budget=budget,
-        devices=started.devices,
-        base_model=base_model,
-        benchmark=benchmark,
-    )
 
 
 def write_recipe_catalog(paths: RunPaths, reporter: Reporter) -> None:
@@ -180,7 +141,7 @@ def open_sandbox(config: RunConfig, reporter: Reporter, *, require_isolation: bo
     sandbox = get_sandbox(config.sandbox, **opts)
     if isolation_of(sandbox) != "none":
         return sandbox
-    why = getattr(sandbox, "isolation_reason", "") or f"the {sandbox.name} backend does not isolate trials"
+    why = sandbox.isolation_reason or f"the {sandbox.name} backend does not isolate trials"
     if require_isolation:
         raise IsolationRequiredError(
             f"this run runs untrusted code and must be isolated, but no isolation can be had here ({why}): build the docker "

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
-from agent.proposers.base import TrialRecord
+from agent.core import TrialRecord
 from agent.run.environment import environment_record, flat_params
 from sandbox import untrusted
 from tasks import once

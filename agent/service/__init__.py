@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-from typing import TYPE_CHECKING
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
 
 from agent.service.settings import ServiceSettings
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
 
-__all__ = ["ServiceSettings", "create_app", "serve"]
+    from agent.service.cli import serve_app
+    from agent.service.serving import serve
+
+__all__ = [
+    "ServiceSettings",
+    "create_app",
+    "serve",
+    "serve_app",
+]
 
 
 def create_app(settings: ServiceSettings) -> FastAPI:
@@ -21,49 +28,18 @@ def create_app(settings: ServiceSettings) -> FastAPI:
     return build(settings)
 
 
-def serve(
-    host: str = "127.0.0.1",
-    port: int = 8765,
-    home: Path | None = None,
-    max_concurrent_runs: int = 2,
-    mlflow_ui_url: str = "http://127.0.0.1:5000",
-    stop_runs_on_shutdown: bool = False,
-    users_file: Path | None = None,
-    no_auth: bool = False,
-) -> None:
-    """Run the service with uvicorn until Ctrl-C. Runs it started keep going unless stop_runs_on_shutdown.
+# The face of this part: what the other parts of agent/ may use of it (tests/test_layers.py holds them to it), each
+# name loaded from the module that defines it on first use, so importing one module of the part loads no other.
+_FACE: dict[str, str] = {
+    "serve": "agent.service.serving",
+    "serve_app": "agent.service.cli",
+}
 
-    Without users (and without `no_auth`) the service signs in with an admin token it makes on the first start and
-    keeps in HOME/service_admin_token (0600); the sign-in link is printed on stdout. Raises auth.InsecureBindError when
-    `host` is not loopback and no admin can authenticate (always with `no_auth`), auth.UsersFileError (and its
-    TokenFileError) when the users or the token file cannot be used."""
-    import uvicorn
 
-    from agent.service.app import create_app as build
-    from agent.service.auth import check_bind, sign_in_url, users_file_for
-
-    home = home or Path(os.environ.get("RLLOOP_HOME", ".rlloop"))
-    users_path = users_file_for(home, users_file)
-    if no_auth:
-        check_bind(host, [], users_path)  # an open service never listens beyond loopback
-    settings = ServiceSettings(
-        home=home,
-        max_concurrent_runs=max_concurrent_runs,
-        mlflow_ui_url=mlflow_ui_url,
-        stop_runs_on_shutdown=stop_runs_on_shutdown,
-        users_file=users_file,
-        no_auth=no_auth,
-    )
-    app = build(settings)
-    check_bind(host, app.state.users.users(), users_path)
-    token: str | None = app.state.admin_token
-    if token is not None:
-        shown = "127.0.0.1" if host in ("0.0.0.0", "", "::") else host
-        shown = f"[{shown}]" if ":" in shown and not shown.startswith("[") else shown
-        print(f"rlloop service: sign in at {sign_in_url(f'http://{shown}:{port}', token)}", flush=True)
-        print(
-            f"rlloop service: the admin token is kept in {app.state.admin_token_file} (mode 0600; later starts "
-            "reuse it: remove the file to make a new one); API callers send `Authorization: Bearer <token>`",
-            flush=True,
-        )
-    uvicorn.run(app, host=host, port=port, log_level="info")
+def __getattr__(name: str) -> Any:
+    module = _FACE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = import_module(module) if module == f"{__name__}.{name}" else getattr(import_module(module), name)
+    globals()[name] = value
+    return value

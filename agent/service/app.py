@@ -19,8 +19,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse
 from pydantic import ValidationError
 
-from agent.loop.approvals import list_pending, write_decision
-from agent.run.workspace import new_run_id
+from agent.loop import list_pending, write_decision
+from agent.run import new_run_id
 from agent.service.auth import (
     ADD_HINT,
     ServiceUser,

@@ -78,7 +78,7 @@ def serve_command(
     """Serve the run API and the approvals page (http://HOST:PORT/, API docs at /docs)."""
     if ctx.invoked_subcommand is not None:
         return
-    from agent.service import serve
+    from agent.service.serving import serve
 
     try:
         serve(

@@ -12,8 +12,8 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
-from agent.loop.approvals import policy_requires
-from agent.loop.proposal_paths import LOOP_OWNED_FIELDS, is_path_name
+from agent.loop import policy_requires
+from agent.proposers import LOOP_OWNED_FIELDS, is_path_name
 from agent.service.page_schemas import (
     CodeView,
     FieldSpec,
@@ -186,7 +186,7 @@ def code_view(
 
 def asked_because(policy: str, proposal: dict[str, Any], budget_threshold_s: float) -> list[str]:
     """Which parts of the approval policy gate this proposal, in words."""
-    from agent.proposers.base import Proposal
+    from agent.core import Proposal
 
     try:
         parsed = Proposal.model_validate(proposal)

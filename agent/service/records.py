@@ -12,7 +12,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from agent.run.workspace import atomic_write_json
+from agent.run import atomic_write_json
 
 RECORD_NAME = "service.json"
 REQUEST_NAME = "service-request.json"

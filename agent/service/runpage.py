@@ -12,9 +12,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from agent.proposers.base import TrialRecord
-from agent.run.headline import Headline, run_headline
-from agent.run.status import read_state
+from agent.core import TrialRecord
+from agent.run import Headline, read_state, run_headline
 from agent.service.lineage import (
     BASE,
     asked_because,
@@ -341,7 +340,7 @@ def experiment_url(run_url: str | None) -> str | None:
     """The MLflow training runs table of the run's experiment, in the review view (`agent.run.tracking.runs_url`)."""
     if not run_url:
         return None
-    from agent.run.tracking import runs_url
+    from agent.run import runs_url
 
     return runs_url(run_url)
 
@@ -350,7 +349,7 @@ def score_charts_url(run_url: str | None) -> str | None:
     """The MLflow parent run's metric charts, score over submissions (`agent.run.tracking.scores_url`)."""
     if not run_url:
         return None
-    from agent.run.tracking import scores_url
+    from agent.run import scores_url
 
     return scores_url(run_url)
 

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource
 
-from agent.loop.approvals import Decision
-from agent.run.config import RunConfig
+from agent.loop import Decision
+from agent.run import RunConfig
 from agent.service.page_schemas import ApprovalContext
 
 RUN_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,119}$")

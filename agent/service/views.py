@@ -11,8 +11,8 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-from agent.proposers.base import TrialRecord
-from agent.run.status import RunRow, read_state, run_row
+from agent.core import TrialRecord
+from agent.run import RunRow, read_state, run_row
 from agent.service.records import REQUEST_NAME, WORKER_LOG_NAME, WorkerRecord
 from agent.service.schemas import Links, PendingApproval, RunDetail, RunSummary, TrialView, WorkerView
 from agent.service.workers import last_error
@@ -152,7 +152,7 @@ class MlflowLinks:
         with self._lock:
             if parent in self._cache:
                 return self._cache[parent]
-        from agent.run.tracking import run_page_url, sqlite_path
+        from agent.run import run_page_url, sqlite_path
 
         database = sqlite_path(tracking_uri)
         try:
@@ -162,7 +162,7 @@ class MlflowLinks:
                     return None
                 url = run_page_url(self.ui_base, experiment, parent)
             else:
-                from agent.run.tracking import Tracker
+                from agent.run import Tracker
 
                 url = Tracker(tracking_uri, self.artifact_root).run_url(parent, self.ui_base)
         except Exception:  # the store is busy or gone: the rest of the page still matters

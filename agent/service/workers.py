@@ -18,10 +18,7 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
-from agent.run.children import Child, signal_group, spawn_child
-from agent.run.config import RunConfig
-from agent.run.status import read_state
-from agent.run.workspace import atomic_write_json
+from agent.run import Child, RunConfig, atomic_write_json, read_state, signal_group, spawn_child
 from agent.service.records import (
     REQUEST_NAME,
     WORKER_LOG_NAME,

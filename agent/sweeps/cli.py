@@ -12,7 +12,7 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.markdown import Markdown
 
-from agent.run.config import parse_duration
+from agent.run import parse_duration
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__, pretty_exceptions_enable=False)
 console = Console(highlight=False)
@@ -103,10 +103,9 @@ def bench(
     home: Annotated[Path | None, typer.Option(help="RLLOOP_HOME (default ./.rlloop).")] = None,
 ) -> None:
     """Run every benchmark x base model x agent x seed combination as a research run; resumable by --sweep-id."""
-    from agent.external import named
-    from agent.external.driver import ExternalAgentError, is_agent_folder, load_agent, named_agent_problem
+    from agent.external import ExternalAgentError, is_agent_folder, load_agent, named, named_agent_problem
     from agent.proposers import PROPOSERS
-    from agent.run.config import RunConfig
+    from agent.run import RunConfig
     from agent.sweeps.driver import run_sweep
     from agent.sweeps.spec import SweepSpec
 
@@ -145,7 +144,7 @@ def bench(
             _fail(problem)
         folders.append(folder if named.is_named(folder) else str(spec_.folder))
     if folders:
-        from agent.external.driver import missing_agent_image
+        from agent.external import missing_agent_image
 
         problem = missing_agent_image(sandbox or "auto", coding_agents=coding_agents)
         if problem is not None:

@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.markup import escape
 
-from agent.run.workspace import ensure_home
+from agent.run import ensure_home
 from agent.sweeps import manifest as manifests
 from agent.sweeps.executors import Executor, make_executor
 from agent.sweeps.manifest import Entry, Manifest

@@ -19,17 +19,13 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
-from agent.run.children import Child, spawn_child
+from agent.run import Child, spawn_child
 from agent.sweeps.outcomes import Outcome, RunAddress, outcome_path
 from sandbox import untrusted
 from tasks import procfs
 from tasks.plugins import Registry
-
-if TYPE_CHECKING:
-    from agent.sweeps.spec import SweepSpec
-    from agent.sweeps.worker import WorkerPayload
 
 STOP_GRACE_S = 60.0  # a worker's time to finalize its run after SIGTERM, before its tree is killed
 
@@ -77,7 +73,7 @@ def launch_worker(payload_json: str, live: dict[int, Child] | None = None) -> di
 class Executor(Protocol):
     name: str
 
-    def submit(self, payload: WorkerPayload) -> Future[dict[str, Any]]: ...
+    def submit(self, payload: RunAddress) -> Future[dict[str, Any]]: ...
 
     def interrupt(self) -> None: ...
 
@@ -93,7 +89,7 @@ class LocalExecutor:
         self._pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="rlloop-sweep")
         self._live: dict[int, Child] = {}
 
-    def submit(self, payload: WorkerPayload) -> Future[dict[str, Any]]:
+    def submit(self, payload: RunAddress) -> Future[dict[str, Any]]:
         return self._pool.submit(launch_worker, payload.model_dump_json(), self._live)
 
     def interrupt(self) -> None:
@@ -128,7 +124,7 @@ class RayExecutor:
         )
         self._refs: list[Any] = []
 
-    def submit(self, payload: WorkerPayload) -> Future[dict[str, Any]]:
+    def submit(self, payload: RunAddress) -> Future[dict[str, Any]]:
         ref = self._remote.remote(payload.model_dump_json())
         self._refs.append(ref)
         future: Future[dict[str, Any]] = Future()
@@ -186,7 +182,20 @@ def _wait_for_previous(payload: RunAddress, timeout_s: float = 90.0) -> None:
         time.sleep(0.5)
 
 
-ExecutorFactory = Callable[["SweepSpec"], Executor]
+class ExecutorSettings(Protocol):
+    """What an executor is built from: the part of a sweep's spec (`agent.sweeps.spec.SweepSpec` is one) it reads."""
+
+    @property
+    def executor(self) -> str: ...
+
+    @property
+    def concurrency(self) -> int: ...
+
+    @property
+    def ray_address(self) -> str | None: ...
+
+
+ExecutorFactory = Callable[[ExecutorSettings], Executor]
 
 
 def _register_builtins() -> None:
@@ -199,7 +208,7 @@ EXECUTORS: Registry[ExecutorFactory] = Registry(
 )
 
 
-def make_executor(spec: SweepSpec) -> Executor:
+def make_executor(spec: ExecutorSettings) -> Executor:
     """The executor `spec.executor` names; "auto" is Ray when a Ray address is given, else local processes."""
     name = spec.executor
     if name == "auto":

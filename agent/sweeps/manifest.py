@@ -9,8 +9,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from agent.run.results import summary_figures
-from agent.run.workspace import atomic_write_json
+from agent.run import atomic_write_json, summary_figures
 from agent.sweeps.outcomes import sweeps_dir
 from agent.sweeps.spec import Combination, SweepSpec
 

@@ -13,8 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from agent.run.reporting import save_figure
-from agent.run.results import summary_figures
+from agent.run import save_figure, summary_figures
 from agent.sweeps.manifest import Manifest
 from agent.sweeps.outcomes import sweeps_dir
 from tasks.atomic import atomic_write_text

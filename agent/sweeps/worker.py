@@ -11,7 +11,7 @@ import sys
 import traceback
 from typing import Any, Literal
 
-from agent.run.workspace import RunPaths, atomic_write_json
+from agent.run import RunPaths, atomic_write_json
 from agent.sweeps.outcomes import Outcome, RunAddress, outcome_path
 from agent.sweeps.spec import Combination, SweepSpec
 
@@ -34,7 +34,7 @@ def finished_summary(paths: RunPaths) -> dict[str, Any] | None:
 
 def run_combination(payload: WorkerPayload) -> Outcome:
     """Run the combination to its end: skip a finished run, resume a started one, else start it."""
-    from agent.run.config import RunConfig
+    from agent.run import RunConfig
 
     paths = RunPaths(payload.home.resolve(), payload.run_id)
     done = finished_summary(paths)
@@ -43,13 +43,13 @@ def run_combination(payload: WorkerPayload) -> Outcome:
     fields = payload.spec.run_config_fields(payload.combination, payload.run_id, paths.home)
     combination = payload.combination
     if combination.is_external:
-        from agent.external.driver import run_external
+        from agent.external import run_external
 
         started = paths.run_json.exists()
         config = RunConfig(**fields)
         summary = run_external(config, combination.agent, resume_run_id=payload.run_id if started else None)
     else:
-        from agent.loop.driver import execute
+        from agent.loop import execute
 
         started = paths.checkpoints_db.exists()
         config = RunConfig(**fields)

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from sandbox import reaper, supervise
-from sandbox.base import TRIAL_PACKAGES, CleanupReport, SandboxRequest, SandboxResult
+from sandbox.base import TRIAL_PACKAGES, CleanupReport, SandboxBase, SandboxRequest, SandboxResult
 from sandbox.dockerlib import docker_sdk
 from sandbox.grader_net import GraderNetwork, remove_leftovers
 from sandbox.images import TRAINER_IMAGE
@@ -75,11 +75,12 @@ def live_code_mounts() -> dict[str, dict[str, str]]:
     return {str(root / p): {"bind": f"{LIVE_CODE_DIR}/{p}", "mode": "ro"} for p in TRIAL_PACKAGES}
 
 
-class DockerSandbox:
+class DockerSandbox(SandboxBase):
     """One container per trial (see the module docstring for the limits it sets)."""
 
     name = "docker"
     isolation = "container"
+    isolation_reason = "each trial in a container of its own"
     maps_paths = True  # every folder at its target (/workspace, /model, /output...): no host path inside
     python = "python"  # the image's interpreter
 

@@ -34,7 +34,14 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from sandbox import namespaces, reaper, supervise
-from sandbox.base import CleanupReport, Mount, SandboxRequest, SandboxResult, SandboxUnavailableError
+from sandbox.base import (
+    CleanupReport,
+    Mount,
+    SandboxBase,
+    SandboxRequest,
+    SandboxResult,
+    SandboxUnavailableError,
+)
 from sandbox.devices import DEVICE_ORDER
 from sandbox.jail import Jail
 from sandbox.logstream import CappedLog, pump
@@ -102,7 +109,7 @@ def _exited(proc: subprocess.Popen[bytes], timeout: float) -> bool:
     return True
 
 
-class LocalSandbox:
+class LocalSandbox(SandboxBase):
     """Runs each command as a local process tree (see the module docstring for what it does and does not stop)."""
 
     name = "local"

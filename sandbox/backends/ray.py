@@ -33,10 +33,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field
-
 from sandbox import namespaces, supervise, untrusted
-from sandbox.base import CleanupReport, SandboxRequest, SandboxResult, SandboxUnavailableError
+from sandbox.base import CleanupReport, SandboxBase, SandboxRequest, SandboxResult, SandboxUnavailableError
 from sandbox.registry import SANDBOXES, resolve_auto
 from tasks import procfs
 
@@ -70,8 +68,6 @@ class RaySandboxResult(SandboxResult):
     """A SandboxResult that can also say the Ray worker running the trial was lost."""
 
     worker_lost: bool = False
-    node: dict[str, str] = Field(default_factory=dict)  # where it ran: node_id, node_ip, hostname
-    gpus: list[int] = Field(default_factory=list)  # the GPU ids Ray assigned to it on that node
 
     def reason(self) -> str:
         if self.worker_lost:
@@ -79,10 +75,12 @@ class RaySandboxResult(SandboxResult):
         return super().reason()
 
 
-class RaySandbox:
+class RaySandbox(SandboxBase):
     """Trials as Ray tasks (see the module docstring)."""
 
     name = "ray"
+    schedules_resources = True  # Ray places each trial on a node with room for its CPUs and GPUs
+    places_on_nodes = True
 
     def __init__(
         self,
@@ -96,21 +94,18 @@ class RaySandbox:
         self.address = address or os.environ.get("RAY_ADDRESS")
         self.inner = inner if inner != "auto" else resolve_auto().name
         # as the driver's machine can do it; a Ray node runs its trials in its own local or docker sandbox
-        self.isolation = "container" if self.inner == "docker" else namespaces.probe().level
+        if self.inner == "docker":
+            self.isolation, self.isolation_reason = "container", "each trial in a container on its node"
+        else:
+            probe = namespaces.probe()
+            self.isolation, self.isolation_reason = probe.level, probe.reason
+        # trials see their folders at fixed targets as the inner sandbox on the node shows them
+        self.maps_paths = self.inner == "docker" or self.isolation == "namespaces"
+        self.python = sys.executable if self.inner == "local" else "python"  # the interpreter trials run with
         self.max_retries = max_retries
         self.init_kwargs = init_kwargs or {}
         self._live: dict[str, tuple[dict[str, str], Any]] = {}
         self._lock = threading.Lock()
-
-    @property
-    def maps_paths(self) -> bool:
-        """Whether trials see their folders at fixed targets: as the inner sandbox on the node does."""
-        return self.inner == "docker" or self.isolation == "namespaces"
-
-    @property
-    def python(self) -> str:
-        """The interpreter trials run with (see agent.loop.trials.python_for)."""
-        return sys.executable if self.inner == "local" else "python"
 
     def _ray(self) -> Any:
         import ray

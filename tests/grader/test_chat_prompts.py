@@ -112,7 +112,7 @@ def _service(tmp_path: Path, base: Path) -> GraderService:
 def _submit(service: GraderService, folder: Path) -> dict[str, object]:
     sub, future = service.accept(service.validate(str(folder)))
     assert future is not None
-    return service.submit_response(future.result(timeout=300))
+    return service.submit_response(future.result(timeout=300)).model_dump()
 
 
 def test_a_submission_with_its_own_chat_template_is_flagged_and_scored_with_the_base_template(

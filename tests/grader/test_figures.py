@@ -73,7 +73,7 @@ def test_split_reports_the_private_pair(tmp_path: Path) -> None:
     service = _service(tmp_path, public_fraction=0.5)
     try:
         _submit(service, public=0.5, private=0.4)
-        final = service.finalize()
+        final = service.finalize().model_dump()
     finally:
         service.stop()
     assert final["reported"]["scored_on"] == "private"
@@ -90,7 +90,7 @@ def test_no_split_reports_the_public_pair(tmp_path: Path) -> None:
     service = _service(tmp_path, public_fraction=0.0)
     try:
         _submit(service, public=0.5, private=0.5)
-        final = service.finalize()
+        final = service.finalize().model_dump()
     finally:
         service.stop()
     assert final["reported"] == {"scored_on": "public", "baseline": 0.2, "best": 0.5, "improvement": 0.3}
@@ -104,7 +104,7 @@ def test_no_unflagged_submission_is_the_baseline_on_both_parts(
     service = _service(tmp_path, public_fraction=public_fraction)
     try:
         _submit(service, public=0.9, private=0.9, flagged=True)  # flagged: never the best
-        final = service.finalize()
+        final = service.finalize().model_dump()
     finally:
         service.stop()
     reported = final["reported"]

@@ -14,7 +14,6 @@ import re
 import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from importlib import import_module
 
 from pydantic import BaseModel, Field
 
@@ -295,12 +294,10 @@ class FamilyBuilder:
         return ", ".join(self.stages) + (f"; aliases: {aliases}" if aliases else "")
 
 
-def _builtin_families() -> None:
-    import_module("trainers.verl.families")  # its `@family` decorators register the built-ins
-
-
+# the built-ins register themselves (`@family` in trainers.verl.families, which trainers.verl.plan, the registry's
+# reader, imports); plugins through the entry point group. This module never loads the families that import it.
 FAMILIES: Registry[FamilyBuilder] = Registry(
-    "family", "rlloop.verl_families", builtins=_builtin_families, hint="see `rlloop plan --help`"
+    "family", "rlloop.verl_families", hint="see `rlloop plan --help`"
 )
 
 

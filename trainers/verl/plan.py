@@ -25,6 +25,7 @@ from typing import Literal, get_args
 from pydantic import BaseModel, Field
 
 from tasks.plugins import UnknownPluginError
+from trainers.verl import families as _families  # noqa: F401 - its `@family` decorators register the built-ins
 from trainers.verl import resolve
 from trainers.verl.builders import (
     FAMILIES,

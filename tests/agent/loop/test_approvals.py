@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from agent.core.records import Proposal, TrialRecord
 from agent.loop.approvals import (
     Decision,
     clear_pending,
@@ -15,7 +16,6 @@ from agent.loop.approvals import (
     read_decision,
     write_decision,
 )
-from agent.proposers.base import Proposal, TrialRecord
 
 
 def _proposal(code: bool = False, seconds: float = 60) -> Proposal:

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
+from agent.core.records import Proposal, ProposalContext, TrialRecord
 from agent.llm.budget import Budget, BudgetLimits
 from agent.loop.concurrency import finished, more_proposals, outcome_file, split_request, trial_cpus, width
-from agent.proposers.base import Proposal, ProposalContext, TrialRecord
 from agent.proposers.tree import TreeProposer
 from agent.run.config import RunConfig
 from agent.run.reporting import Reporter
@@ -204,5 +204,5 @@ def test_concurrent_trials_get_different_gpus_and_ray_keeps_its_own_cpus(tmp_pat
     request = SandboxRequest(command=["true"], workspace=tmp_path, log_path=tmp_path / "l", gpus=[2])
     slots = [split_request(request, _config(tmp_path), 2, s, plan).gpus for s in (0, 1)]
     assert slots == [[2], [3]]  # slot 0 keeps the free device the plan chose, slot 1 the next
-    on_ray = split_request(request, _config(tmp_path), 2, 1, plan, "ray")
+    on_ray = split_request(request, _config(tmp_path), 2, 1, plan, schedules_resources=True)
     assert on_ray.cpus is None and on_ray.gpus == [2]  # ray's scheduler places it and hands it its GPUs

@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from agent.core.records import Proposal, ProposalContext
 from agent.loop.submission import should_submit
 from agent.loop.validation import BASE_ID, load_validation, valid_samples, validate
 from agent.proposers import PROPOSERS
-from agent.proposers.base import Proposal, ProposalContext, SearchDone
+from agent.proposers.base import SearchDone
 from agent.run.config import RunConfig
 from grader.benchmarks import get_benchmark
 from grader.config import EvalConfig

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agent.proposers.base import Proposal, ProposalContext, TrialRecord
+from agent.core.records import Proposal, ProposalContext, TrialRecord
 from agent.proposers.builtin import BuiltinProposer
 
 

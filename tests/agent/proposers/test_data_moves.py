@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.proposers.base import ProposalContext
+from agent.core.records import ProposalContext
 from agent.proposers.builtin import BuiltinProposer
 from agent.proposers.data_moves import data_report
 from agent.proposers.halving import HalvingProposer

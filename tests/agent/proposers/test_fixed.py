@@ -3,7 +3,7 @@ model every time, only the seed changes; `--trial-seconds` time-boxes it like ev
 
 from __future__ import annotations
 
-from agent.proposers.base import ProposalContext
+from agent.core.records import ProposalContext
 from agent.proposers.builtin import DEFAULT_LR
 from agent.proposers.fixed import FixedProposer
 from tests.agent.proposers.test_builtin import _ctx, _trial

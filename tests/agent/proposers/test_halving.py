@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from agent.proposers.base import Proposal, ProposalContext, SearchDone, TrialRecord
+from agent.core.records import Proposal, ProposalContext, TrialRecord
+from agent.proposers.base import SearchDone
 from agent.proposers.halving import HalvingProposer, stage_sizes
 
 

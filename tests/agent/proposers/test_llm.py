@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from pydantic import SecretStr
 
+from agent.core.records import Proposal, ProposalContext, TrialRecord
 from agent.llm import (
     Budget,
     BudgetLimits,
@@ -25,7 +26,7 @@ from agent.llm import (
     PriceTableError,
     RetryPolicy,
 )
-from agent.proposers.base import Proposal, ProposalContext, Proposer, TrialRecord
+from agent.proposers.base import Proposer
 from agent.proposers.llm import LLMProposer, ProposalError, check_code
 from agent.proposers.recipes import RecipeCatalog
 from agent.proposers.trial_tree import render_trial_tree

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agent.proposers.base import Proposal, TrialRecord
+from agent.core.records import Proposal, TrialRecord
 from agent.proposers.memory import best_start, lessons_text, load, memory_file, remember_run
 
 

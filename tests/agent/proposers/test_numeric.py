@@ -10,7 +10,7 @@ from typing import Any
 import optuna
 import pytest
 
-from agent.proposers.base import Proposal, ProposalContext, TrialRecord
+from agent.core.records import Proposal, ProposalContext, TrialRecord
 from agent.proposers.numeric import STORAGE_FILE, STUDY, NumericProposer, advice
 
 

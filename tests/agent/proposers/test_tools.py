@@ -12,9 +12,10 @@ from typing import Any
 import pytest
 from mlflow import MlflowClient
 
+from agent.core.records import Proposal, ProposalContext, TrialRecord
 from agent.llm import LLMClient, LLMSettings, PriceTable, RetryPolicy
 from agent.llm.budget import Budget, BudgetLimits
-from agent.proposers.base import Proposal, ProposalContext, TrialRecord
+from agent.loop.trials import SandboxScripts
 from agent.proposers.llm import LLMProposer, ProposalError
 from agent.proposers.recipes import RecipeCatalog
 from agent.proposers.tools import TOOLS, ToolEnv, _scripts_off, call_tool, failure_clusters, tool_specs
@@ -117,7 +118,7 @@ def make_proposer(
     env = ToolEnv(
         workspace=paths.workspace,
         paths=paths,
-        sandbox=LocalSandbox(),
+        scripts=SandboxScripts(paths, LocalSandbox(), paths.workspace),
         budget=client.budget,
         trial_id="t02",
         script_timeout_s=30.0,
@@ -267,7 +268,12 @@ def test_tools_are_not_offered_without_a_run_and_a_budget_caps_them(
 
     spent = Budget(BudgetLimits(max_compute_s=1))
     spent.record_compute(5)
-    env = ToolEnv(workspace=run_dir.workspace, paths=run_dir, sandbox=LocalSandbox(), budget=spent)
+    env = ToolEnv(
+        workspace=run_dir.workspace,
+        paths=run_dir,
+        scripts=SandboxScripts(run_dir, LocalSandbox(), run_dir.workspace),
+        budget=spent,
+    )
     record = call_tool(env, "c1", "run_script", json.dumps({"code": "print(1)"}))
     assert (
         not record.ok
@@ -276,7 +282,7 @@ def test_tools_are_not_offered_without_a_run_and_a_budget_caps_them(
     gated = ToolEnv(
         workspace=run_dir.workspace,
         paths=run_dir,
-        sandbox=LocalSandbox(),
+        scripts=SandboxScripts(run_dir, LocalSandbox(), run_dir.workspace),
         scripts_off=_scripts_off("code"),
     )
     assert "run_script" not in gated.tool_names() and "data_rows" in gated.tool_names()
@@ -288,7 +294,12 @@ def test_tools_are_not_offered_without_a_run_and_a_budget_caps_them(
 
 
 def test_a_script_is_time_limited_and_has_no_network(run_dir: RunPaths) -> None:
-    env = ToolEnv(workspace=run_dir.workspace, paths=run_dir, sandbox=LocalSandbox(), script_timeout_s=2.0)
+    env = ToolEnv(
+        workspace=run_dir.workspace,
+        paths=run_dir,
+        scripts=SandboxScripts(run_dir, LocalSandbox(), run_dir.workspace),
+        script_timeout_s=2.0,
+    )
     slow = call_tool(
         env, "c1", "run_script", json.dumps({"code": "import time\ntime.sleep(30)", "timeout_s": 60})
     )

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.proposers.base import Proposal, ProposalContext, SearchDone, TrialRecord
+from agent.core.records import Proposal, ProposalContext, TrialRecord
+from agent.proposers.base import SearchDone
 from agent.proposers.tree import TreeProposer, build_tree, moves, ucb
 
 

@@ -18,7 +18,7 @@ import pytest
 import torch
 from mlflow import MlflowClient
 
-from agent.proposers.base import Proposal, TrialRecord
+from agent.core.records import Proposal, TrialRecord
 from agent.run.environment import environment_record, flat_params
 from agent.run.tracking import (
     EXPERIMENT_KIND_TAG,

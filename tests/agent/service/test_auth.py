@@ -22,8 +22,8 @@ import pytest
 from fastapi.routing import APIRoute
 from starlette.routing import BaseRoute
 
+from agent.core.records import Proposal, TrialRecord
 from agent.loop.approvals import publish_pending, read_decision
-from agent.proposers.base import Proposal, TrialRecord
 from agent.service import ServiceSettings, create_app, serve
 from agent.service.auth import (
     ADMIN_TOKEN_FILE_NAME,

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.proposers.base import Proposal, TrialRecord
+from agent.core.records import Proposal, TrialRecord
 from agent.run.tracking import EXPERIMENT_KIND_TAG, Tracker, review_links, runs_url, scores_url
 from tests.agent.service.browser import DevTools, chromium, skip_without_chromium
 from tests.agent.service.support import free_port, running_mlflow_ui

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from agent.core.records import Proposal, TrialRecord
 from agent.loop.approvals import Decision, publish_pending, read_decision
-from agent.proposers.base import Proposal, TrialRecord
 from agent.service.auth import ADMIN_TOKEN_FILE_NAME, sign_in_url
 from tests.agent.service.browser import DevTools, chromium, skip_without_chromium
 from tests.agent.service.support import add_users, running_service

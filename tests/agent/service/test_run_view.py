@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from agent.core.records import Proposal, TrialRecord
 from agent.loop.approvals import publish_pending, read_decision
-from agent.proposers.base import Proposal, TrialRecord
 from tests.agent.service.support import add_users, running_service
 from trainers.catalog import CATALOG_NAME, describe_recipes
 

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from agent.core.records import Proposal, TrialRecord
 from agent.loop.approvals import publish_pending, read_decision
-from agent.proposers.base import Proposal, TrialRecord
 from agent.service.records import WORKER_LOG_NAME, WorkerRecord, load_record, save_record
 from tasks import procfs
 from tests.agent.service.support import ACTIVE, kill_workers, running_service, wait_for

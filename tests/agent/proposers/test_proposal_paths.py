@@ -18,15 +18,15 @@ from typing import Any
 import pytest
 from pydantic import BaseModel, Field
 
+from agent.core.records import Proposal, ProposalContext, TrialRecord
 from agent.llm import LLMClient, LLMSettings, PriceTable, RetryPolicy
+from agent.loop.context import RunContext
 from agent.loop.nodes import Research
-from agent.loop.proposal_paths import LOOP_OWNED_FIELDS, path_fields, proposal_problems
 from agent.loop.trials import ProposalRefusedError, TrialSetupError, prepare_trial, recipe_config
-from agent.proposers.base import Proposal, ProposalContext, TrialRecord
 from agent.proposers.llm import LLMProposer
+from agent.proposers.proposal_paths import LOOP_OWNED_FIELDS, path_fields, proposal_problems
 from agent.proposers.recipes import RecipeCatalog
 from agent.run.config import RunConfig
-from agent.run.context import RunContext
 from agent.run.reporting import Reporter
 from agent.run.startup import make_budget
 from agent.run.workspace import RunPaths

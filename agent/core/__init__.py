@@ -1,0 +1,25 @@
+"""The bottom of agent/: the run's records, shared by every part above and importing none of them."""
+
+from agent.core.proposes import Proposes
+from agent.core.records import (
+    CEILING,
+    Operator,
+    Proposal,
+    ProposalContext,
+    TrialRecord,
+    TrialStatus,
+    Validation,
+    ValidSample,
+)
+
+__all__ = [
+    "CEILING",
+    "Operator",
+    "Proposal",
+    "ProposalContext",
+    "Proposes",
+    "TrialRecord",
+    "TrialStatus",
+    "ValidSample",
+    "Validation",
+]
