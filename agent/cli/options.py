@@ -20,7 +20,7 @@ from tasks.plugins import Registry
 
 # Flags a field answers to besides its own name (scripts and the README use them).
 EXTRA_FLAGS: dict[str, tuple[str, ...]] = {"ray_address": ("--ray",)}
-METAVARS: dict[Any, str] = {int: "INTEGER", float: "FLOAT", Path: "PATH"}
+METAVARS: dict[Any, str] = {int: "<int>", float: "<float>", Path: "<path>"}  # typer's own style
 DURATION_HELP = "Seconds, or a duration such as 90s, 20m, 1.5h."
 
 
@@ -60,9 +60,23 @@ def _option(name: str, info: FieldInfo) -> inspect.Parameter:
         negative = "--no-" + name.replace("_", "-")
         option = typer.Option(None, f"{decls[0]}/{negative}", *decls[1:], help=field_help(name, info))
         return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=bool | None)
-    metavar = "DURATION" if is_duration(info) else METAVARS.get(kind, "TEXT")
+    metavar = "<duration>" if is_duration(info) else METAVARS.get(kind, "<str>")
     option = typer.Option(None, *decls, help=field_help(name, info), metavar=metavar, show_default=False)
     return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=str | None)
+
+
+def run_config_fields(*fields: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Add an option for each of these RunConfig fields to `command(<its own options>, **flags)` (typer reads the
+    signature set here): a command that passes a few run settings on (`rlloop bench`) shows RunConfig's own."""
+
+    def add(command: Callable[..., Any]) -> Callable[..., Any]:
+        own = inspect.signature(command, eval_str=True).parameters.values()
+        params = [p for p in own if p.kind is not inspect.Parameter.VAR_KEYWORD]
+        params += [_option(name, RunConfig.model_fields[name]) for name in fields]
+        command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+        return command
+
+    return add
 
 
 def run_config_options(command: Callable[..., Any]) -> Callable[..., Any]:
