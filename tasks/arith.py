@@ -15,7 +15,7 @@ from functools import lru_cache
 from typing import Any
 
 from tasks.answers import first_number, numbers_match
-from tasks.base import Sample, Split, public_split, reserved_for_test
+from tasks.base import Sample, Split, draw_public_splits, public_split, reserved_for_test
 
 SPLIT_SIZES: dict[str, int] = {"test": 1000, "valid": 300, "train": 12000}
 SPLIT_SEEDS: dict[str, int] = {"valid": 2_000_003, "train": 3_000_017}
@@ -56,19 +56,16 @@ def is_test_candidate(prompt: str) -> bool:
 
 @lru_cache(maxsize=1)
 def _splits() -> dict[str, list[Sample]]:
-    taken: set[str] = set()
-    out: dict[str, list[Sample]] = {}
-    for split in ("valid", "train"):
-        rng = random.Random(SPLIT_SEEDS[split])
-        samples: list[Sample] = []
-        while len(samples) < SPLIT_SIZES[split]:
-            prompt, answer = _problem(rng)
-            if prompt in taken or is_test_candidate(prompt):
-                continue
-            taken.add(prompt)
-            samples.append(Sample(id=f"arith-{split}-{len(samples)}", prompt=prompt, answer=answer))
-        out[split] = samples
-    return out
+    return draw_public_splits(
+        SPLIT_SEEDS,
+        SPLIT_SIZES,
+        _problem,
+        key=lambda problem: problem[0],
+        reserved=lambda problem: is_test_candidate(problem[0]),
+        sample=lambda split, index, problem: Sample(
+            id=f"arith-{split}-{index}", prompt=problem[0], answer=problem[1]
+        ),
+    )
 
 
 class ArithBenchmark:

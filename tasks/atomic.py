@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any, TextIO, cast
 
@@ -66,3 +68,20 @@ def atomic_write_lines(path: str | Path, lines: Iterable[str], *, mode: int | No
             handle.write(line + "\n")
 
     return atomic_write(path, write, mode=mode)
+
+
+@contextmanager
+def atomic_folder(target: str | Path) -> Iterator[Path]:
+    """Fill the yielded temp folder beside `target`; when the block ends it takes `target`'s place in one rename (an
+    old `target` removed first). On an error the temp folder goes and an old `target` stays as it was."""
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        yield staging
+        if target.exists():
+            shutil.rmtree(target)
+        os.replace(staging, target)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise

@@ -7,10 +7,13 @@ trainer image ships, refuses it with `HeldOutSplitError`.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
-from typing import Any, Literal, Protocol, runtime_checkable
+import random
+from collections.abc import Callable, Sequence
+from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 
 from pydantic import BaseModel, Field
+
+P = TypeVar("P")
 
 Split = Literal["train", "valid", "test"]
 
@@ -30,6 +33,32 @@ def public_split(benchmark: str, split: str) -> None:
         raise HeldOutSplitError(benchmark)
     if split not in ("train", "valid"):
         raise ValueError(f"unknown split {split!r} of {benchmark}; use 'train' or 'valid'")
+
+
+def draw_public_splits(
+    seeds: dict[str, int],
+    sizes: dict[str, int],
+    problem: Callable[[random.Random], P],
+    key: Callable[[P], str],
+    reserved: Callable[[P], bool],
+    sample: Callable[[str, int, P], Sample],
+) -> dict[str, list[Sample]]:
+    """valid, then train, each drawn from its fixed public seed: a problem (by `key`) appears once across both, and
+    never one `reserved` for the hidden test split."""
+    taken: set[str] = set()
+    out: dict[str, list[Sample]] = {}
+    for split in ("valid", "train"):
+        rng = random.Random(seeds[split])
+        samples: list[Sample] = []
+        while len(samples) < sizes[split]:
+            drawn = problem(rng)
+            name = key(drawn)
+            if name in taken or reserved(drawn):
+                continue
+            taken.add(name)
+            samples.append(sample(split, len(samples), drawn))
+        out[split] = samples
+    return out
 
 
 def reserved_for_test(benchmark: str, key: str, modulus: int) -> bool:

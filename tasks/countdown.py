@@ -16,7 +16,7 @@ from fractions import Fraction
 from functools import lru_cache
 from typing import Any
 
-from tasks.base import Sample, Split, public_split, reserved_for_test
+from tasks.base import Sample, Split, draw_public_splits, public_split, reserved_for_test
 
 SPLIT_SIZES: dict[str, int] = {"test": 500, "valid": 200, "train": 10000}
 SPLIT_SEEDS: dict[str, int] = {"valid": 7_000_003, "train": 7_000_019}
@@ -140,20 +140,14 @@ def _prompt(numbers: list[int], target: int) -> str:
 
 @lru_cache(maxsize=1)
 def _splits() -> dict[str, list[Sample]]:
-    taken: set[str] = set()
-    out: dict[str, list[Sample]] = {}
-    for split in ("valid", "train"):
-        rng = random.Random(SPLIT_SEEDS[split])
-        samples: list[Sample] = []
-        while len(samples) < SPLIT_SIZES[split]:
-            numbers, target, expr = _problem(rng)
-            key = problem_key(numbers, target)
-            if key in taken or is_test_candidate(numbers, target):
-                continue
-            taken.add(key)
-            samples.append(make_sample(split, len(samples), numbers, target, expr))
-        out[split] = samples
-    return out
+    return draw_public_splits(
+        SPLIT_SEEDS,
+        SPLIT_SIZES,
+        _problem,
+        key=lambda problem: problem_key(problem[0], problem[1]),
+        reserved=lambda problem: is_test_candidate(problem[0], problem[1]),
+        sample=lambda split, index, problem: make_sample(split, index, *problem),
+    )
 
 
 class CountdownBenchmark:

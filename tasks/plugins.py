@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from types import ModuleType
-from typing import Generic, TypeVar, overload
+from typing import Any, Generic, TypeVar, overload
 
 log = logging.getLogger("rlloop.plugins")
 
@@ -220,3 +220,25 @@ class Registry(Generic[T]):
         hint = f" ({self.hint})" if self.hint else ""
         plugins = f"; plugins add more through the {self.group!r} entry point group"
         return f"unknown {self.kind} {name!r}: choose one of {known}{hint}{plugins}"
+
+
+def registered(registry: Callable[[], Registry[Any]]) -> Callable[[str], str]:
+    """A pydantic `AfterValidator` body for a field that names a registry entry: `registry()` is called only when a
+    value is checked (registries import their plugins), and a bad name fails with the registered ones listed."""
+
+    def check(name: str) -> str:
+        return registry().check(name)
+
+    return check
+
+
+def registered_list(registry: Callable[[], Registry[Any]]) -> Callable[[str | None], str | None]:
+    """Like `registered`, for a comma list of names (each checked; an empty list is None)."""
+
+    def check(value: str | None) -> str | None:
+        if value is None:
+            return None
+        names = [registry().check(name.strip()) for name in value.split(",") if name.strip()]
+        return ",".join(names) or None
+
+    return check

@@ -224,6 +224,7 @@ def test_imports_are_resolved_to_the_files_they_load(module: str, source: str, e
 AGENT_LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"cli"}),
     frozenset({"service", "sweeps"}),
+    frozenset({"launch"}),
     frozenset({"external"}),
     frozenset({"loop"}),
     frozenset({"proposers"}),

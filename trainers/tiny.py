@@ -17,13 +17,10 @@ CPU capability) beside the recipe.
 from __future__ import annotations
 
 import json
-import os
 import platform
 import random
-import shutil
 import string
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
@@ -39,6 +36,8 @@ from transformers import (
     PreTrainedModel,
     PreTrainedTokenizerFast,
 )
+
+from tasks.atomic import atomic_folder
 
 PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
 SPECIAL_TOKENS = [PAD, BOS, EOS, UNK]
@@ -241,9 +240,7 @@ def save_model_atomically(
 ) -> Path:
     """Write the checkpoint into a temp folder beside `out_dir`, then rename it into place in one step."""
     out_dir = Path(out_dir)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
-    try:
+    with atomic_folder(out_dir) as staging:
         model.generation_config = GenerationConfig(
             bos_token_id=tokenizer.bos_token_id,
             eos_token_id=tokenizer.eos_token_id,
@@ -254,12 +251,6 @@ def save_model_atomically(
         model.save_pretrained(staging, safe_serialization=True)
         tokenizer.save_pretrained(staging)
         (staging / "rlloop_model.json").write_text(json.dumps(provenance, indent=2) + "\n")
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        os.replace(staging, out_dir)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
     return out_dir
 
 

@@ -12,10 +12,8 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
-from agent.proposers import PROPOSERS
-from agent.run import RunConfig, load_config_file
+from agent.run import RunConfig, flag_name, load_config_file, run_config_options
 from sandbox.registry import SANDBOXES
-from tasks.plugins import Registry
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__, pretty_exceptions_enable=False)
 console = Console(highlight=False)
@@ -31,21 +29,6 @@ def _home(home: Path | None) -> Path:
     return home or Path(os.environ.get("RLLOOP_HOME", ".rlloop"))
 
 
-def _registered(registry: Registry[Any]) -> str:
-    """The names a `--sandbox` / `--proposer` accepts besides "auto": built-ins and plugins (entry points)."""
-    return ", ".join(registry.names()) or "none"
-
-
-SANDBOX_HELP = (
-    f"auto (docker when usable, else local) or a registered backend: {_registered(SANDBOXES)}; plugins add "
-    "more (`rlloop sandbox list`)."
-)
-PROPOSER_HELP = (
-    f"auto (llm when --driver-model is set, else builtin) or a registered proposer: {_registered(PROPOSERS)}; "
-    "plugins add more."
-)
-
-
 def build_config(config_file: Path | None, flags: dict[str, Any]) -> RunConfig:
     """CLI flags beat env vars, which beat the config file, which beats defaults."""
     values: dict[str, Any] = {}
@@ -56,21 +39,19 @@ def build_config(config_file: Path | None, flags: dict[str, Any]) -> RunConfig:
     try:
         return RunConfig(**values)
     except ValidationError as exc:
-        problems = "; ".join(
-            f"--{'-'.join(map(str, e['loc'])).replace('_', '-')}: {e['msg']}" for e in exc.errors()
-        )
+        problems = "; ".join(f"{flag_name('_'.join(map(str, e['loc'])))}: {e['msg']}" for e in exc.errors())
         fail(f"invalid run configuration: {problems}")
         raise AssertionError from exc
 
 
 def _execute(config: RunConfig, resume_run_id: str | None = None) -> None:
-    from agent.loop import execute
+    from agent.launch import launch
     from agent.run import GraderError, HomeNotWritableError, ModelNotFoundError
     from sandbox.base import SandboxUnavailableError
     from tasks.plugins import UnknownPluginError
 
     try:
-        summary = execute(config, resume_run_id=resume_run_id)
+        summary = launch(config, resume_run_id=resume_run_id)
     except (
         UnknownPluginError,
         ModelNotFoundError,
@@ -91,133 +72,10 @@ def _execute(config: RunConfig, resume_run_id: str | None = None) -> None:
 
 
 @app.command()
-def run(
-    base_model: Annotated[str | None, typer.Option(help="Built-in name, local HF folder or hub id.")] = None,
-    benchmark: Annotated[str | None, typer.Option(help="Benchmark name (`rlloop benchmarks`).")] = None,
-    prompt_format: Annotated[
-        str | None, typer.Option(help="plain, or chat: prompts in the base model's chat template.")
-    ] = None,
-    system_prompt: Annotated[
-        str | None, typer.Option(help="With --prompt-format chat: a system turn.")
-    ] = None,
-    loop_n: Annotated[int | None, typer.Option(help="Number of trials.")] = None,
-    timeout: Annotated[str | None, typer.Option(help="Time budget, e.g. 20m, 1h.")] = None,
-    sandbox: Annotated[str | None, typer.Option(help=SANDBOX_HELP)] = None,
-    proposer: Annotated[str | None, typer.Option(help=PROPOSER_HELP)] = None,
-    driver_model: Annotated[
-        str | None, typer.Option(help="LLM for the proposer (OpenAI-compatible).")
-    ] = None,
-    approval: Annotated[
-        str | None, typer.Option(help="never, always, code, budget (comma-combinable).")
-    ] = None,
-    seed: Annotated[int | None, typer.Option()] = None,
-    trial_timeout: Annotated[str | None, typer.Option(help="Limit of one trial, e.g. 10m.")] = None,
-    trial_memory_mb: Annotated[int | None, typer.Option()] = None,
-    max_submissions: Annotated[int | None, typer.Option()] = None,
-    public_fraction: Annotated[
-        float | None, typer.Option(help="Public share of the hidden test set; 0 = off.")
-    ] = None,
-    eval_limit: Annotated[int | None, typer.Option(help="Grade on the first N hidden samples.")] = None,
-    valid_limit: Annotated[
-        int | None, typer.Option(help="Validate checkpoints on the first N valid samples (default 500).")
-    ] = None,
-    test_seed: Annotated[
-        int | None, typer.Option(help="Seed of the hidden test split (default: the grader's secret).")
-    ] = None,
-    trial_steps: Annotated[int | None, typer.Option(help="Fixed steps per trial (reproducible).")] = None,
-    trial_seconds: Annotated[
-        float | None,
-        typer.Option(help="Wall seconds per trial, validation included (equal compute for every policy)."),
-    ] = None,
-    trial_prewarm: Annotated[
-        bool | None,
-        typer.Option(
-            help="Start each trial's sandbox and imports while the previous one is validated and graded."
-        ),
-    ] = None,
-    trial_cpus: Annotated[float | None, typer.Option(help="CPU limit of one trial (docker).")] = None,
-    trial_concurrency: Annotated[
-        int | None, typer.Option(help="Trials trained at once (cores split between them).")
-    ] = None,
-    trial_gpus: Annotated[
-        int | None, typer.Option(help="GPUs leased to each trial (0: CPU); too few fails at once.")
-    ] = None,
-    ray_address: Annotated[
-        str | None,
-        typer.Option(
-            "--ray-address",
-            "--ray",
-            help="With --sandbox ray: the cluster (host:6379, auto); RAY_ADDRESS too.",
-        ),
-    ] = None,
-    recipes: Annotated[str | None, typer.Option(help="Comma list of recipes the proposer may use.")] = None,
-    approval_budget_s: Annotated[
-        str | None, typer.Option(help="`budget` approval threshold, e.g. 10m.")
-    ] = None,
-    min_submit_interval: Annotated[str | None, typer.Option(help="Minimum time between submissions.")] = None,
-    submit: Annotated[
-        str | None, typer.Option(help="Which checkpoints are graded: improved (default), final, all.")
-    ] = None,
-    eval_batch_size: Annotated[int | None, typer.Option()] = None,
-    agent_name: Annotated[str | None, typer.Option(help="Agent name in results.csv.")] = None,
-    llm_max_usd: Annotated[
-        float | None, typer.Option(help="Stop when the driver LLM has cost this much.")
-    ] = None,
-    llm_max_tokens: Annotated[
-        int | None, typer.Option(help="Stop after this many driver LLM tokens.")
-    ] = None,
-    max_compute_s: Annotated[
-        float | None, typer.Option(help="Stop after this many trial compute seconds.")
-    ] = None,
-    llm_price_file: Annotated[
-        Path | None, typer.Option(help="YAML/JSON price table, USD per 1M tokens.")
-    ] = None,
-    llm_max_repair_attempts: Annotated[
-        int | None, typer.Option(help="Re-asks for bad output or code.")
-    ] = None,
-    smoke_timeout: Annotated[
-        str | None, typer.Option(help="Limit of the smoke run of proposed code.")
-    ] = None,
-    llm_max_tool_calls: Annotated[
-        int | None, typer.Option(help="Tool calls the driver LLM may make per proposal (0: none).")
-    ] = None,
-    llm_script_timeout: Annotated[
-        str | None, typer.Option(help="Limit of one script the driver LLM runs, e.g. 1m.")
-    ] = None,
-    agent_llm_base_url: Annotated[
-        str | None, typer.Option(help="External agents (`rlloop bench --agents`): their model's base URL.")
-    ] = None,
-    agent_llm_key_env: Annotated[
-        str | None, typer.Option(help="External agents: host variable holding the model's key.")
-    ] = None,
-    agent_llm_models: Annotated[
-        str | None, typer.Option(help="External agents: comma list of models they may call.")
-    ] = None,
-    agent_llm_max_request_bytes: Annotated[
-        int | None, typer.Option(help="External agents: largest model request forwarded.")
-    ] = None,
-    agent_llm_max_output_tokens: Annotated[
-        int | None,
-        typer.Option(help="External agents, with a cap: output bound added to a request that names none."),
-    ] = None,
-    memory: Annotated[
-        bool, typer.Option("--memory", help="Learn across runs: lessons per benchmark and base model.")
-    ] = False,
-    mlflow_tracking_uri: Annotated[
-        str | None, typer.Option(help="Default: sqlite:///<home>/mlflow.db.")
-    ] = None,
-    run_id: Annotated[str | None, typer.Option()] = None,
-    home: Annotated[Path | None, typer.Option(help="RLLOOP_HOME (default ./.rlloop).")] = None,
-    config: Annotated[
-        Path | None, typer.Option("--config", help="YAML or JSON file of the same fields.")
-    ] = None,
-    quiet: Annotated[bool, typer.Option("--quiet")] = False,
-) -> None:
+@run_config_options
+def run(config_file: str | None = None, **flags: Any) -> None:
     """Run a research loop: baseline, then propose -> train -> submit until --loop-n trials or --timeout."""
-    flags = {k: v for k, v in locals().items() if k not in ("config",)}
-    flags["quiet"] = quiet or None
-    flags["memory"] = memory or None
-    _execute(build_config(config, flags))
+    _execute(build_config(Path(config_file) if config_file else None, flags))
 
 
 @app.command()

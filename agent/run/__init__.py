@@ -8,7 +8,15 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from agent.run.children import Child, run_child, signal_group, spawn_child
-    from agent.run.config import RunConfig, load_config_file, parse_duration
+    from agent.run.config import (
+        RUN_ID_PATTERN,
+        RUN_ID_RULE,
+        Duration,
+        RunConfig,
+        load_config_file,
+        parse_duration,
+        run_config_of,
+    )
     from agent.run.finish import (
         FINISH_RESERVE_S,
         best_checkpoint,
@@ -31,6 +39,7 @@ if TYPE_CHECKING:
     )
     from agent.run.leftovers import end_leftovers
     from agent.run.models import ModelNotFoundError, resolve_base_model
+    from agent.run.options import flag_name, run_config_fields, run_config_options
     from agent.run.plugins import PROPOSERS, ProposerFactory
     from agent.run.reporting import Reporter, save_figure, submission_flags
     from agent.run.results import final_figures, result_row, summary_figures
@@ -68,6 +77,7 @@ if TYPE_CHECKING:
     )
 
 __all__ = [
+    "Duration",
     "Child",
     "FINISH_RESERVE_S",
     "GraderError",
@@ -78,6 +88,8 @@ __all__ = [
     "PARENT_TAG",
     "PROPOSERS",
     "ProposerFactory",
+    "RUN_ID_PATTERN",
+    "RUN_ID_RULE",
     "Reporter",
     "RunConfig",
     "RunInterrupted",
@@ -98,6 +110,7 @@ __all__ = [
     "error_line",
     "failpoint",
     "final_figures",
+    "flag_name",
     "free_port",
     "interrupted_before_start",
     "interrupts_as_exceptions",
@@ -118,6 +131,9 @@ __all__ = [
     "result_row",
     "review_links",
     "run_child",
+    "run_config_fields",
+    "run_config_of",
+    "run_config_options",
     "run_headline",
     "run_page_url",
     "run_row",
@@ -140,6 +156,13 @@ __all__ = [
 # The face of this part: what the other parts of agent/ may use of it (tests/test_layers.py holds them to it), each
 # name loaded from the module that defines it on first use, so importing one module of the part loads no other.
 _FACE: dict[str, str] = {
+    "Duration": "agent.run.config",
+    "flag_name": "agent.run.options",
+    "run_config_fields": "agent.run.options",
+    "run_config_options": "agent.run.options",
+    "RUN_ID_PATTERN": "agent.run.config",
+    "RUN_ID_RULE": "agent.run.config",
+    "run_config_of": "agent.run.config",
     "Child": "agent.run.children",
     "FINISH_RESERVE_S": "agent.run.finish",
     "GraderError": "agent.run.grading",

@@ -9,11 +9,17 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import yaml
-from pydantic import Field, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import AfterValidator, BeforeValidator, Field, WithJsonSchema, field_validator
+from pydantic.fields import FieldInfo
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from tasks.plugins import registered, registered_list
+
+if TYPE_CHECKING:
+    from tasks.plugins import Registry
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
 _UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -30,6 +36,61 @@ def parse_duration(value: str | float | int) -> float:
     return float(number) * _UNIT_SECONDS[unit]
 
 
+def _duration_or_number(value: Any) -> Any:
+    return parse_duration(value) if isinstance(value, str) else value
+
+
+_READ_DURATION = BeforeValidator(_duration_or_number)
+Duration = Annotated[
+    float,
+    _READ_DURATION,
+    WithJsonSchema({"anyOf": [{"type": "number"}, {"type": "string", "examples": ["90s", "20m", "1.5h"]}]}),
+]
+"""Seconds; a string is read as a duration ("90s", "20m", "1.5h"). Every surface (CLI, config file, service, sweep)
+reads a field of this type the same way."""
+
+
+def is_duration(field: FieldInfo) -> bool:
+    """Whether a model field was declared as `Duration` (surfaces that show it as text, e.g. CLI flags, ask this)."""
+    return any(item is _READ_DURATION for item in field.metadata)
+
+
+RUN_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
+RUN_ID_RULE = "1-128 characters: letters, digits, '.', '_' or '-', starting with a letter or digit"
+_RUN_ID = re.compile(RUN_ID_PATTERN)
+
+
+def check_run_id(value: str | None) -> str | None:
+    """A run id names a folder under RLLOOP_HOME/runs: nothing that could climb out of it or hide."""
+    if value is not None and not _RUN_ID.match(value):
+        raise ValueError(f"run_id must be {RUN_ID_RULE}")
+    return value
+
+
+def _benchmarks() -> Registry[Any]:
+    from tasks.registry import BENCHMARKS
+
+    return BENCHMARKS
+
+
+def _recipes() -> Registry[Any]:
+    from trainers.registry import RECIPES
+
+    return RECIPES
+
+
+def _sandboxes() -> Registry[Any]:
+    from sandbox.registry import SANDBOXES
+
+    return SANDBOXES
+
+
+def _proposers() -> Registry[Any]:
+    from agent.run.plugins import PROPOSERS
+
+    return PROPOSERS
+
+
 def default_home() -> Path:
     return Path(".rlloop")
 
@@ -44,7 +105,9 @@ class RunConfig(BaseSettings):
         default_factory=default_home, description="Where models, runs and the MLflow store live."
     )
     base_model: str = Field("tiny-arith", description="Built-in model name, local HF folder, or hub id.")
-    benchmark: str = Field("arith", description="Benchmark name (see `rlloop benchmarks`).")
+    benchmark: Annotated[str, AfterValidator(registered(_benchmarks))] = Field(
+        "arith", description="Benchmark name (see `rlloop benchmarks`)."
+    )
     prompt_format: Literal["plain", "chat"] = Field(
         "plain",
         description="plain: the benchmark's prompt as it is; chat: as the user turn of the base model's own chat "
@@ -52,30 +115,28 @@ class RunConfig(BaseSettings):
     )
     system_prompt: str | None = Field(None, description="With --prompt-format chat: a system turn first.")
     loop_n: int = Field(4, ge=1, le=1000, description="Number of trials to run.")
-    timeout: float = Field(
-        1200.0, gt=0, description="Wall-time budget of the run in seconds (accepts 20m, 1h)."
-    )
-    sandbox: str = Field(
+    timeout: Duration = Field(1200.0, gt=0, description="Wall-time budget of the run.")
+    sandbox: Annotated[str, AfterValidator(registered(_sandboxes))] = Field(
         "auto",
         description="Where trials run: auto (docker when usable, else local), local, docker, ray, or a plugin's "
         "name (see `rlloop sandbox list`).",
     )
-    proposer: str = Field(
+    proposer: Annotated[str, AfterValidator(registered(_proposers))] = Field(
         "auto",
         description="auto = llm when --driver-model is set, else builtin; or a plugin proposer's name.",
     )
     driver_model: str | None = Field(None, description="LLM for the proposer (OpenAI-compatible endpoint).")
-    recipes: str | None = Field(
+    recipes: Annotated[str | None, AfterValidator(registered_list(_recipes))] = Field(
         None, description="Comma list of trainer recipes the proposer may use (default: all registered)."
     )
     approval: str = Field(
         "never", description="Approval policy: never, always, code, budget (comma-combinable)."
     )
-    approval_budget_s: float = Field(
+    approval_budget_s: Duration = Field(
         600.0, description="Estimated compute seconds above which `budget` asks."
     )
-    seed: int = 0
-    trial_timeout: float = Field(600.0, gt=0, description="Wall-time limit of one trial in seconds.")
+    seed: int = Field(0, description="Seed of the run (proposer, data order, trials).")
+    trial_timeout: Duration = Field(600.0, gt=0, description="Wall-time limit of one trial.")
     trial_steps: int | None = Field(
         None,
         ge=1,
@@ -113,7 +174,7 @@ class RunConfig(BaseSettings):
     max_submissions: int | None = Field(
         None, ge=1, description="Cap on graded submissions (None: loop_n + 1)."
     )
-    min_submit_interval: float = Field(0.0, ge=0, description="Minimum seconds between two submissions.")
+    min_submit_interval: Duration = Field(0.0, ge=0, description="Minimum seconds between two submissions.")
     submit: Literal["all", "improved", "final"] = Field(
         "improved",
         description="Which checkpoints go to the grader (agent.loop.submission): improved = only one that beats the "
@@ -138,8 +199,8 @@ class RunConfig(BaseSettings):
         description="Seed of the hidden test split (same seed, same test set across runs); "
         "default: a secret the grader draws once per run.",
     )
-    eval_batch_size: int = Field(64, ge=1)
-    run_id: str | None = Field(
+    eval_batch_size: int = Field(64, ge=1, description="Samples the grader generates for at once.")
+    run_id: Annotated[str | None, AfterValidator(check_run_id)] = Field(
         None, description="Name the run (default: time, benchmark and a random suffix)."
     )
     agent_name: str = Field("rlloop", description="Agent name written to results.csv.")
@@ -158,12 +219,14 @@ class RunConfig(BaseSettings):
     llm_max_repair_attempts: int = Field(
         2, ge=0, le=10, description="Re-asks for malformed output or broken code."
     )
-    smoke_timeout: float = Field(180.0, gt=0, description="Limit of the smoke run that checks proposed code.")
+    smoke_timeout: Duration = Field(
+        180.0, gt=0, description="Limit of the smoke run that checks proposed code."
+    )
     llm_max_tool_calls: int = Field(
         8, ge=0, le=100, description="Tool calls (data, logs, scripts) the driver LLM may make per proposal."
     )
-    llm_script_timeout: float = Field(
-        60.0, gt=0, description="Wall-time limit of one script the driver LLM runs in the sandbox (2m)."
+    llm_script_timeout: Duration = Field(
+        60.0, gt=0, description="Wall-time limit of one script the driver LLM runs in the sandbox."
     )
     agent_llm_base_url: str | None = Field(
         None,
@@ -193,20 +256,7 @@ class RunConfig(BaseSettings):
         "run's proposer.",
     )
     mlflow_tracking_uri: str | None = Field(None, description="Default: sqlite:///<home>/mlflow.db.")
-    quiet: bool = False
-
-    @field_validator(
-        "timeout",
-        "trial_timeout",
-        "min_submit_interval",
-        "approval_budget_s",
-        "smoke_timeout",
-        "llm_script_timeout",
-        mode="before",
-    )
-    @classmethod
-    def _duration(cls, value: Any) -> Any:
-        return parse_duration(value) if isinstance(value, str) else value
+    quiet: bool = Field(False, description="Print nothing to the console (the run log keeps it all).")
 
     @field_validator("approval")
     @classmethod
@@ -239,38 +289,6 @@ class RunConfig(BaseSettings):
             return None
         return ",".join(m.strip() for m in value.split(",") if m.strip()) or None
 
-    @field_validator("benchmark")
-    @classmethod
-    def _benchmark(cls, value: str) -> str:
-        from tasks.registry import BENCHMARKS
-
-        return BENCHMARKS.check(value)
-
-    @field_validator("recipes")
-    @classmethod
-    def _recipes(cls, value: str | None) -> str | None:
-        """A comma list of registered recipes, each checked now: a bad name fails before the baseline is graded."""
-        if value is None:
-            return None
-        from trainers.registry import RECIPES
-
-        names = [RECIPES.check(name.strip()) for name in value.split(",") if name.strip()]
-        return ",".join(names) or None
-
-    @field_validator("sandbox")
-    @classmethod
-    def _sandbox(cls, value: str) -> str:
-        from sandbox.registry import SANDBOXES
-
-        return SANDBOXES.check(value)
-
-    @field_validator("proposer")
-    @classmethod
-    def _proposer(cls, value: str) -> str:
-        from agent.run.plugins import PROPOSERS
-
-        return PROPOSERS.check(value)
-
     @property
     def tracking_uri(self) -> str:
         return self.mlflow_tracking_uri or f"sqlite:///{(self.home / 'mlflow.db').resolve()}"
@@ -280,6 +298,27 @@ class RunConfig(BaseSettings):
         if self.proposer == "auto":
             return "llm" if self.driver_model else "builtin"
         return self.proposer
+
+
+class _FieldsOnlyRunConfig(RunConfig):
+    """RunConfig from the given values alone: the process's own RLLOOP_* environment does not leak in."""
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings,)
+
+
+def run_config_of(values: dict[str, Any]) -> RunConfig:
+    """A RunConfig of exactly these fields (the service's request, a sweep's overrides); env vars play no part.
+    Raises pydantic.ValidationError with RunConfig's messages."""
+    return _FieldsOnlyRunConfig(**values)
 
 
 def load_config_file(path: Path) -> dict[str, Any]:

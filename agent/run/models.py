@@ -12,11 +12,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
 from tasks import once
+from tasks.atomic import atomic_folder
 
 BUILTIN_MODELS: dict[str, str] = {
     "tiny-arith": "A 0.34M-parameter Llama with a character tokenizer, trained briefly on arith (weak baseline).",
@@ -71,9 +71,7 @@ def build_builtin(name: str, target: Path) -> Path:
 
 def materialize_snapshot(snapshot: Path, target: Path, source: dict[str, str]) -> Path:
     """Copy a hub snapshot (symlinks into blobs/) to `target` as real files, atomically (temp folder, rename)."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
-    try:
+    with atomic_folder(target) as staging:
         for item in sorted(snapshot.rglob("*")):
             real = item.resolve()
             dest = staging / item.relative_to(snapshot)
@@ -86,12 +84,6 @@ def materialize_snapshot(snapshot: Path, target: Path, source: dict[str, str]) -
             except OSError:  # another filesystem, or links not allowed: a plain copy
                 shutil.copyfile(real, dest)
         (staging / SOURCE_FILE).write_text(json.dumps(source, indent=2) + "\n")
-        if target.exists():
-            shutil.rmtree(target)
-        os.replace(staging, target)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
     return target
 
 

@@ -7,7 +7,8 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+import re
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Annotated, Any
@@ -20,7 +21,7 @@ from fastapi.responses import HTMLResponse, JSONResponse
 from pydantic import ValidationError
 
 from agent.loop import list_pending, write_decision
-from agent.run import new_run_id
+from agent.run import RUN_ID_PATTERN, RUN_ID_RULE, new_run_id
 from agent.service.auth import (
     ADD_HINT,
     ServiceUser,
@@ -41,8 +42,6 @@ from agent.service.recipes import RecipeView, ServiceRecipes
 from agent.service.records import load_record
 from agent.service.runpage import RunRecords, etag_of, pending_of
 from agent.service.schemas import (
-    RUN_ID_PATTERN,
-    RUN_ID_RULE,
     DecisionRecorded,
     DecisionRequest,
     Identity,
@@ -61,9 +60,8 @@ from grader.benchmarks import get_benchmark
 PAGE = Path(__file__).with_name("page.html")
 RUN_PAGE = Path(__file__).with_name("run.html")
 ASSETS = {"/ui.js": "application/javascript", "/ui.css": "text/css"}
-ID_REGEX = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,119}$"
-RunId = Annotated[str, PathParam(pattern=ID_REGEX, description="The run's id (`GET /runs`).")]
-TrialId = Annotated[str, PathParam(pattern=ID_REGEX, description="The trial's id, e.g. t01.")]
+RunId = Annotated[str, PathParam(pattern=RUN_ID_PATTERN, description="The run's id (`GET /runs`).")]
+TrialId = Annotated[str, PathParam(pattern=RUN_ID_PATTERN, description="The trial's id, e.g. t01.")]
 logger = logging.getLogger("rlloop.service")
 OPEN_WARNING = "this service is open: anyone who can reach it can start runs and approve"
 
@@ -244,7 +242,7 @@ def create_app(settings: ServiceSettings) -> FastAPI:
                 [{"loc": ("body", "benchmark"), "msg": str(message), "type": "value_error"}]
             ) from None
         run_id = config.run_id or new_run_id(config.benchmark)
-        if not RUN_ID_PATTERN.match(run_id):
+        if not re.match(RUN_ID_PATTERN, run_id):
             raise RequestValidationError(
                 [{"loc": ("body", "run_id"), "msg": f"run_id must be {RUN_ID_RULE}", "type": "value_error"}]
             )
@@ -295,28 +293,26 @@ def create_app(settings: ServiceSettings) -> FastAPI:
             raise HTTPException(status.HTTP_404_NOT_FOUND, f"no trial {trial_id!r} in run {run_id!r}")
         return page_or_304(request, found)
 
-    @app.post("/runs/{run_id}/cancel", status_code=status.HTTP_202_ACCEPTED, response_model=RunSummary)
-    def cancel_run(run_id: RunId) -> RunSummary:
-        """Stop a run: a queued one leaves the queue; a running one gets SIGTERM, writes its results row and stays
-        resumable (`POST /runs/{run_id}/resume`)."""
+    def act_on(action: Callable[[str], object], run_id: str) -> RunSummary:
+        """Cancel or resume through the pool: no such run is 404, a run in the wrong state 409."""
         try:
-            pool.cancel(run_id)
+            action(run_id)
         except RunNotFoundError as exc:
             raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc)) from None
         except RunConflictError as exc:
             raise HTTPException(status.HTTP_409_CONFLICT, str(exc)) from None
         return summary_of(run_id)
 
+    @app.post("/runs/{run_id}/cancel", status_code=status.HTTP_202_ACCEPTED, response_model=RunSummary)
+    def cancel_run(run_id: RunId) -> RunSummary:
+        """Stop a run: a queued one leaves the queue; a running one gets SIGTERM, writes its results row and stays
+        resumable (`POST /runs/{run_id}/resume`)."""
+        return act_on(pool.cancel, run_id)
+
     @app.post("/runs/{run_id}/resume", status_code=status.HTTP_202_ACCEPTED, response_model=RunSummary)
     def resume_run(run_id: RunId) -> RunSummary:
         """Continue a stopped run from its last checkpoint (`rlloop resume`): finished trials are kept."""
-        try:
-            pool.resume(run_id)
-        except RunNotFoundError as exc:
-            raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc)) from None
-        except RunConflictError as exc:
-            raise HTTPException(status.HTTP_409_CONFLICT, str(exc)) from None
-        return summary_of(run_id)
+        return act_on(pool.resume, run_id)
 
     @app.get("/approvals", response_model=list[PendingApproval])
     def list_approvals() -> list[PendingApproval]:

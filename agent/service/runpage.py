@@ -168,31 +168,16 @@ class RunRecords:
             value = source.get(key)
             return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
+        # (line, unit, where the spending is counted, its key, the RunConfig field that caps it)
+        lines = [
+            ("LLM tokens", "tokens", self.spent, "tokens", "llm_max_tokens"),
+            ("LLM dollars", "USD", self.spent, "usd", "llm_max_usd"),
+            ("trial compute", "s", self.spent, "compute_s", "max_compute_s"),
+            ("wall time", "s", self.state, "used_s", "timeout"),
+        ]
         return [
-            BudgetLine(
-                name="LLM tokens",
-                unit="tokens",
-                spent=number(self.spent, "tokens") or 0.0,
-                cap=number(self.config, "llm_max_tokens"),
-            ),
-            BudgetLine(
-                name="LLM dollars",
-                unit="USD",
-                spent=number(self.spent, "usd") or 0.0,
-                cap=number(self.config, "llm_max_usd"),
-            ),
-            BudgetLine(
-                name="trial compute",
-                unit="s",
-                spent=number(self.spent, "compute_s") or 0.0,
-                cap=number(self.config, "max_compute_s"),
-            ),
-            BudgetLine(
-                name="wall time",
-                unit="s",
-                spent=number(self.state, "used_s") or 0.0,
-                cap=number(self.config, "timeout"),
-            ),
+            BudgetLine(name=name, unit=unit, spent=number(source, key) or 0.0, cap=number(self.config, cap))
+            for name, unit, source, key, cap in lines
         ]
 
     def history(self) -> list[DecisionEntry]:

@@ -2,37 +2,25 @@
 
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource
 
 from agent.loop import Decision
-from agent.run import RunConfig
+from agent.run import RunConfig, run_config_of
 from agent.service.page_schemas import ApprovalContext
-
-RUN_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,119}$")
-RUN_ID_RULE = "1-120 characters: letters, digits, '.', '_' or '-', starting with a letter or digit"
 
 # Fields the service decides, not the caller: every run it starts lives under the service's RLLOOP_HOME.
 SERVICE_OWNED_FIELDS = frozenset({"home"})
-# Fields RunConfig also accepts as durations ("20m", "1.5h"); the schema says so.
-DURATION_FIELDS = frozenset({"timeout", "trial_timeout", "min_submit_interval", "approval_budget_s"})
 
 
 def _request_fields() -> dict[str, Any]:
-    """RunConfig's fields, minus the service-owned ones; durations accept numbers or strings like '20m'."""
-    fields: dict[str, Any] = {}
-    for name, info in RunConfig.model_fields.items():
-        if name in SERVICE_OWNED_FIELDS:
-            continue
-        if name in DURATION_FIELDS:
-            description = f"{info.description or name} Seconds, or a duration such as 90s, 20m, 1.5h."
-            fields[name] = (float | str, Field(info.default, description=description))
-        else:
-            fields[name] = (info.annotation, info)
-    return fields
+    """RunConfig's fields (types, validators, descriptions) as they are, minus the service-owned ones."""
+    return {
+        name: (info.annotation, info)
+        for name, info in RunConfig.model_fields.items()
+        if name not in SERVICE_OWNED_FIELDS
+    }
 
 
 if TYPE_CHECKING:
@@ -50,24 +38,9 @@ else:
     )
 
 
-class _RequestRunConfig(RunConfig):
-    """RunConfig validated from the request alone: the service's own RLLOOP_* environment does not leak in."""
-
-    @classmethod
-    def settings_customise_sources(
-        cls,
-        settings_cls: type[BaseSettings],
-        init_settings: PydanticBaseSettingsSource,
-        env_settings: PydanticBaseSettingsSource,
-        dotenv_settings: PydanticBaseSettingsSource,
-        file_secret_settings: PydanticBaseSettingsSource,
-    ) -> tuple[PydanticBaseSettingsSource, ...]:
-        return (init_settings,)
-
-
 def validate_run_request(values: dict[str, Any], home: Any) -> RunConfig:
-    """Apply RunConfig's own validators (durations, approval policy). Raises pydantic.ValidationError."""
-    return _RequestRunConfig(**values, home=home)
+    """Apply RunConfig's own validators to the request (its env vars play no part). Raises pydantic.ValidationError."""
+    return run_config_of({**values, "home": home})
 
 
 class Links(BaseModel):

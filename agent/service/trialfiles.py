@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from agent.service.page_schemas import FailureCluster, MetricSeries
 from sandbox import untrusted
@@ -36,33 +37,26 @@ class TrialFiles:
     def _rel(self, *parts: str) -> str:
         return "/".join(("trials", self.trial_id, *parts))
 
+    def _read(self, read: Callable[..., Any], parts: tuple[str, ...], max_bytes: int, absent: Any) -> Any:
+        """`read` one of the trial's files through `untrusted`: `absent` when it is missing, and also, with a note,
+        when it is refused or over the cap."""
+        try:
+            return read(self.run_dir, self._rel(*parts), max_bytes=max_bytes)
+        except FileNotFoundError:
+            return absent
+        except (OSError, ValueError) as exc:
+            self.notes.append(f"{'/'.join(parts)}: {exc}")
+            return absent
+
     def text(self, *parts: str, max_bytes: int = CODE_BYTES) -> str | None:
         """A whole file (None when absent; a note when refused or over the cap)."""
-        try:
-            return untrusted.read_text(self.run_dir, self._rel(*parts), max_bytes=max_bytes)
-        except FileNotFoundError:
-            return None
-        except (OSError, ValueError) as exc:
-            self.notes.append(f"{'/'.join(parts)}: {exc}")
-            return None
+        return cast(str | None, self._read(untrusted.read_text, parts, max_bytes, None))
 
     def tail(self, *parts: str, max_bytes: int = LOG_TAIL_BYTES) -> str:
-        try:
-            return untrusted.tail_text(self.run_dir, self._rel(*parts), max_bytes=max_bytes)
-        except FileNotFoundError:
-            return ""
-        except (OSError, ValueError) as exc:
-            self.notes.append(f"{'/'.join(parts)}: {exc}")
-            return ""
+        return cast(str, self._read(untrusted.tail_text, parts, max_bytes, ""))
 
     def json(self, *parts: str, max_bytes: int = VALIDATION_BYTES) -> Any:
-        try:
-            return untrusted.read_json(self.run_dir, self._rel(*parts), max_bytes=max_bytes)
-        except FileNotFoundError:
-            return None
-        except (OSError, ValueError) as exc:
-            self.notes.append(f"{'/'.join(parts)}: {exc}")
-            return None
+        return self._read(untrusted.read_json, parts, max_bytes, None)
 
     def log_tail(self) -> tuple[str, bool]:
         """(the end of log.txt, whether earlier lines were left out): at most LOG_TAIL_BYTES, from a whole line."""

@@ -12,11 +12,25 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.markdown import Markdown
 
-from agent.run import parse_duration
+from agent.run import parse_duration, run_config_fields
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__, pretty_exceptions_enable=False)
 console = Console(highlight=False)
 err = Console(stderr=True, highlight=False, soft_wrap=True)  # a path or node id in an error is never split
+
+
+# RunConfig fields `rlloop bench` passes on to every run (`SweepSpec.run_overrides`), with RunConfig's flags and help.
+RUN_FIELDS = (
+    "eval_limit",
+    "sandbox",
+    "agent_llm_base_url",
+    "agent_llm_key_env",
+    "agent_llm_models",
+    "agent_llm_max_request_bytes",
+    "agent_llm_max_output_tokens",
+    "llm_max_tokens",
+    "llm_max_usd",
+)
 
 
 def _fail(message: str) -> None:
@@ -29,6 +43,7 @@ def _home(home: Path | None) -> Path:
 
 
 @app.command("bench")
+@run_config_fields(*RUN_FIELDS)
 def bench(
     benchmarks: Annotated[str, typer.Option(help="Comma list, e.g. arith,gsm8k.")] = "arith",
     base_models: Annotated[str, typer.Option(help="Comma list of base models.")] = "tiny-arith",
@@ -64,45 +79,14 @@ def bench(
         str, typer.Option(help="Where runs go: auto (ray with --ray, else local), local, ray, or a plugin.")
     ] = "auto",
     sweep_id: Annotated[str | None, typer.Option(help="Name the sweep; the same id continues it.")] = None,
-    eval_limit: Annotated[
-        int | None, typer.Option(help="Grade each run on the first N hidden samples.")
-    ] = None,
-    sandbox: Annotated[
-        str | None, typer.Option(help="Trial sandbox of every run: auto, local, docker, ray.")
-    ] = None,
-    agent_llm_base_url: Annotated[
-        str | None,
-        typer.Option(
-            help="Give --agents a model: the OpenAI-compatible base URL (ending in /v1) their calls go to, through "
-            "the metered gateway."
-        ),
-    ] = None,
-    agent_llm_key_env: Annotated[
-        str | None,
-        typer.Option(help="Host variable holding that URL's API key (the agents get only a placeholder)."),
-    ] = None,
-    agent_llm_models: Annotated[
-        str | None, typer.Option(help="Comma list of the models the agents may call (default: any).")
-    ] = None,
-    agent_llm_max_request_bytes: Annotated[
-        int | None, typer.Option(help="Largest model request the gateway forwards (default 1000000).")
-    ] = None,
-    agent_llm_max_output_tokens: Annotated[
-        int | None,
-        typer.Option(
-            help="With a cap: the output bound the gateway adds to a model request that names none (default "
-            "32000), so each call's cost is reserved before it goes."
-        ),
-    ] = None,
-    llm_max_tokens: Annotated[
-        int | None, typer.Option(help="Per run: LLM tokens (in + out) after which model calls are refused.")
-    ] = None,
-    llm_max_usd: Annotated[
-        float | None, typer.Option(help="Per run: LLM dollars after which model calls are refused.")
-    ] = None,
     home: Annotated[Path | None, typer.Option(help="RLLOOP_HOME (default ./.rlloop).")] = None,
+    **run_flags: str | None,
 ) -> None:
     """Run every benchmark x base model x agent x seed combination as a research run; resumable by --sweep-id."""
+    sandbox = run_flags.get("sandbox")
+    agent_llm_base_url = run_flags.get("agent_llm_base_url")
+    agent_llm_key_env = run_flags.get("agent_llm_key_env")
+    agent_llm_models = run_flags.get("agent_llm_models")
     from agent.external import ExternalAgentError, is_agent_folder, load_agent, named, named_agent_problem
     from agent.proposers import PROPOSERS
     from agent.run import RunConfig
@@ -150,23 +134,9 @@ def bench(
         if problem is not None:
             _fail(problem)
     address = ray or os.environ.get("RAY_ADDRESS")
-    overrides: dict[str, object] = {}
-    if eval_limit is not None:
-        overrides["eval_limit"] = eval_limit
-    if sandbox is not None:
-        overrides["sandbox"] = sandbox
-        if sandbox == "ray" and address:  # each run's trials go to the same cluster
-            overrides["ray_address"] = address
-    llm_fields = {
-        "agent_llm_base_url": agent_llm_base_url,
-        "agent_llm_key_env": agent_llm_key_env,
-        "agent_llm_models": agent_llm_models,
-        "agent_llm_max_request_bytes": agent_llm_max_request_bytes,
-        "agent_llm_max_output_tokens": agent_llm_max_output_tokens,
-        "llm_max_tokens": llm_max_tokens,
-        "llm_max_usd": llm_max_usd,
-    }
-    overrides.update({k: v for k, v in llm_fields.items() if v is not None})
+    overrides: dict[str, object] = {k: v for k, v in run_flags.items() if v is not None}
+    if sandbox == "ray" and address:  # each run's trials go to the same cluster
+        overrides["ray_address"] = address
     if agent_llm_key_env and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", agent_llm_key_env):
         _fail(
             "--agent-llm-key-env takes the name of the variable that holds the key (e.g. OPENAI_API_KEY), not a key"
@@ -190,7 +160,12 @@ def bench(
             executor=executor,
             run_overrides=overrides,
         )
-    except (ValidationError, ValueError) as exc:
+    except ValidationError as exc:
+        _fail(
+            "invalid sweep: " + "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        )
+        return
+    except ValueError as exc:
         _fail(f"invalid sweep: {exc}")
         return
     from tasks.registry import BENCHMARKS

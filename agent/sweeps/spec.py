@@ -9,7 +9,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator
+
+from agent.run import Duration, run_config_of
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 MAX_RUN_ID = 128
@@ -70,7 +72,7 @@ class SweepSpec(BaseModel):
     base_models: list[str] = Field(min_length=1)
     agents: list[str] = Field(default_factory=lambda: ["builtin"], min_length=1)
     seeds: int = Field(1, ge=1, le=100, description="Seeds 0..N-1 for every combination.")
-    timeout: float = Field(1800.0, gt=0, description="Wall-time budget of each run in seconds.")
+    timeout: Duration = Field(1800.0, gt=0, description="Wall-time budget of each run.")
     loop_n: int | None = Field(None, ge=1, description="Trials per run (RunConfig default when None).")
     concurrency: int = Field(1, ge=1, le=256, description="Runs at once (local) or in flight (Ray).")
     ray_address: str | None = Field(
@@ -83,6 +85,17 @@ class SweepSpec(BaseModel):
     run_overrides: dict[str, Any] = Field(
         default_factory=dict, description="Other RunConfig fields for every run, e.g. eval_limit, sandbox."
     )
+
+    @field_validator("run_overrides")
+    @classmethod
+    def _run_fields(cls, value: dict[str, Any]) -> dict[str, Any]:
+        """Checked now, with RunConfig's messages: a bad value fails the sweep before its first run starts."""
+        try:
+            run_config_of(value)
+        except ValidationError as exc:
+            problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+            raise ValueError(f"invalid run_overrides: {problems}") from None
+        return value
 
     @field_validator("executor")
     @classmethod

@@ -34,26 +34,21 @@ def finished_summary(paths: RunPaths) -> dict[str, Any] | None:
 
 def run_combination(payload: WorkerPayload) -> Outcome:
     """Run the combination to its end: skip a finished run, resume a started one, else start it."""
+    from agent.launch import launch
     from agent.run import RunConfig
 
     paths = RunPaths(payload.home.resolve(), payload.run_id)
     done = finished_summary(paths)
     if done is not None:
         return Outcome(run_id=payload.run_id, status="finished", action="skipped", summary=done)
-    fields = payload.spec.run_config_fields(payload.combination, payload.run_id, paths.home)
+    config = RunConfig(**payload.spec.run_config_fields(payload.combination, payload.run_id, paths.home))
     combination = payload.combination
-    if combination.is_external:
-        from agent.external import run_external
-
-        started = paths.run_json.exists()
-        config = RunConfig(**fields)
-        summary = run_external(config, combination.agent, resume_run_id=payload.run_id if started else None)
-    else:
-        from agent.loop import execute
-
-        started = paths.checkpoints_db.exists()
-        config = RunConfig(**fields)
-        summary = execute(config, resume_run_id=payload.run_id if started else None)
+    started = (paths.run_json if combination.is_external else paths.checkpoints_db).exists()
+    summary = launch(
+        config,
+        resume_run_id=payload.run_id if started else None,
+        external_agent=combination.agent if combination.is_external else None,
+    )
     status: Literal["finished", "interrupted"] = (
         "interrupted" if summary.get("status") == "interrupted" else "finished"
     )

@@ -8,7 +8,7 @@ from __future__ import annotations
 import random
 from functools import lru_cache
 
-from grader.benchmarks.secret import DEFAULT_TEST_SEED
+from grader.benchmarks.base import HiddenTestHalf
 from tasks.arith import (
     MAX_OPERAND,
     OPERATORS,
@@ -19,7 +19,7 @@ from tasks.arith import (
     problem_space,
 )
 from tasks.arith import ArithBenchmark as PublicArithBenchmark
-from tasks.base import Sample, Split
+from tasks.base import Sample
 
 __all__ = [
     "MAX_OPERAND",
@@ -39,13 +39,8 @@ def test_split(seed: int) -> tuple[Sample, ...]:
     return tuple(Sample(id=f"arith-test-{i}", prompt=p, answer=a) for i, (p, a) in enumerate(chosen))
 
 
-class ArithBenchmark(PublicArithBenchmark):
+class ArithBenchmark(HiddenTestHalf, PublicArithBenchmark):
     """arith as the grader sees it: the public benchmark plus the test split of `test_seed`."""
 
-    def __init__(self, test_seed: int = DEFAULT_TEST_SEED) -> None:
-        self.test_seed = test_seed
-
-    def load(self, split: Split) -> list[Sample]:
-        if split == "test":
-            return list(test_split(self.test_seed))
-        return super().load(split)
+    def test_samples(self) -> list[Sample]:
+        return list(test_split(self.test_seed))

@@ -4,30 +4,25 @@ the run's secret seed from the problems `tasks.arith` reserves for test. Only th
 from __future__ import annotations
 
 from grader.benchmarks.arith import test_split
-from grader.benchmarks.secret import DEFAULT_TEST_SEED
+from grader.benchmarks.base import HiddenTestHalf
 from tasks.arith_variants import ArithFewBenchmark as PublicArithFew
 from tasks.arith_variants import ArithNoisyBenchmark as PublicArithNoisy
 from tasks.arith_variants import ArithVerboseBenchmark as PublicArithVerbose
-from tasks.base import Sample, Split
+from tasks.base import Sample
 
 __all__ = ["ArithFewBenchmark", "ArithNoisyBenchmark", "ArithVerboseBenchmark"]
 
 
-class _TestHalf:
+class _TestHalf(HiddenTestHalf):
     """A variant as the grader sees it: its public splits plus arith's clean test split of `test_seed`."""
 
     name: str
 
-    def __init__(self, test_seed: int = DEFAULT_TEST_SEED) -> None:
-        self.test_seed = test_seed
-
-    def load(self, split: Split) -> list[Sample]:
-        if split == "test":
-            return [
-                s.model_copy(update={"id": s.id.replace("arith", self.name, 1)})
-                for s in test_split(self.test_seed)
-            ]
-        return super().load(split)  # type: ignore[misc, no-any-return]
+    def test_samples(self) -> list[Sample]:
+        return [
+            s.model_copy(update={"id": s.id.replace("arith", self.name, 1)})
+            for s in test_split(self.test_seed)
+        ]
 
 
 class ArithNoisyBenchmark(_TestHalf, PublicArithNoisy):

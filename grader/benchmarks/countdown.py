@@ -8,8 +8,8 @@ from __future__ import annotations
 import random
 from functools import lru_cache
 
-from grader.benchmarks.secret import DEFAULT_TEST_SEED
-from tasks.base import Sample, Split
+from grader.benchmarks.base import HiddenTestHalf
+from tasks.base import Sample
 from tasks.countdown import (
     MAX_EXPRESSION_CHARS,
     SPLIT_SEEDS,
@@ -56,13 +56,8 @@ def test_split(seed: int) -> tuple[Sample, ...]:
     return tuple(samples)
 
 
-class CountdownBenchmark(PublicCountdownBenchmark):
+class CountdownBenchmark(HiddenTestHalf, PublicCountdownBenchmark):
     """countdown as the grader sees it: the public benchmark plus the test split of `test_seed`."""
 
-    def __init__(self, test_seed: int = DEFAULT_TEST_SEED) -> None:
-        self.test_seed = test_seed
-
-    def load(self, split: Split) -> list[Sample]:
-        if split == "test":
-            return list(test_split(self.test_seed))
-        return super().load(split)
+    def test_samples(self) -> list[Sample]:
+        return list(test_split(self.test_seed))

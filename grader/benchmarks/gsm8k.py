@@ -6,10 +6,8 @@ change it.
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from grader.benchmarks.secret import DEFAULT_TEST_SEED
-from tasks.base import Sample, Split
+from grader.benchmarks.base import HiddenTestHalf
+from tasks.base import Sample
 from tasks.gsm8k import (
     VALID_SEED,
     VALID_SIZE,
@@ -32,14 +30,9 @@ __all__ = [
 ]
 
 
-class GSM8KBenchmark(PublicGSM8KBenchmark):
-    """gsm8k as the grader sees it: the public benchmark plus the official test file."""
+class GSM8KBenchmark(HiddenTestHalf, PublicGSM8KBenchmark):
+    """gsm8k as the grader sees it: the public benchmark plus the official test file (`test_seed` does not change
+    it)."""
 
-    def __init__(self, data_dir: Path | None = None, test_seed: int = DEFAULT_TEST_SEED) -> None:
-        super().__init__(data_dir)
-        self.test_seed = test_seed  # unused: the official file is the test set
-
-    def load(self, split: Split) -> list[Sample]:
-        if split == "test":
-            return [make_sample("test", i, row) for i, row in enumerate(self._rows("test"))]
-        return super().load(split)
+    def test_samples(self) -> list[Sample]:
+        return [make_sample("test", i, row) for i, row in enumerate(self._rows("test"))]

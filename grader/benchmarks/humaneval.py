@@ -10,28 +10,24 @@ from collections.abc import Sequence
 from typing import Any
 
 from grader import code_exec
-from grader.benchmarks.secret import DEFAULT_TEST_SEED
-from tasks.base import Sample, Split
+from grader.benchmarks.base import HiddenTestHalf
+from tasks.base import Sample
 from tasks.humaneval import PUBLIC_PROBLEMS, all_records, make_sample
 from tasks.humaneval import HumanEvalBenchmark as PublicHumanEvalBenchmark
 
 __all__ = ["HumanEvalBenchmark"]
 
 
-class HumanEvalBenchmark(PublicHumanEvalBenchmark):
-    """humaneval as the grader sees it: problems 82-163 as test, every program executed in the sandbox."""
-
-    def __init__(self, test_seed: int = DEFAULT_TEST_SEED) -> None:
-        self.test_seed = test_seed  # unused: the second half of the file is the test set
+class HumanEvalBenchmark(HiddenTestHalf, PublicHumanEvalBenchmark):
+    """humaneval as the grader sees it: problems 82-163 as test (`test_seed` does not change them), every program
+    executed in the sandbox."""
 
     def records(self) -> tuple[dict[str, Any], ...]:
         return all_records()
 
-    def load(self, split: Split) -> list[Sample]:
-        if split == "test":
-            rows = all_records()
-            return [make_sample(i, rows[i], with_reference=False) for i in range(PUBLIC_PROBLEMS, len(rows))]
-        return super().load(split)
+    def test_samples(self) -> list[Sample]:
+        rows = all_records()
+        return [make_sample(i, rows[i], with_reference=False) for i in range(PUBLIC_PROBLEMS, len(rows))]
 
     def score_batch(self, completions: Sequence[str], samples: Sequence[Sample]) -> list[float]:
         outcomes = code_exec.execute(self.programs(completions, samples), self.limits, self.workers)

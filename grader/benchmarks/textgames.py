@@ -10,10 +10,9 @@ from __future__ import annotations
 import itertools
 import random
 import threading
-from typing import Any
 
-from grader.benchmarks.secret import DEFAULT_TEST_SEED
-from tasks.base import Sample, Split
+from grader.benchmarks.base import HiddenTestHalf
+from tasks.base import Sample
 from tasks.textgames import MOVES, Layout, TextArenaGame, TextArenaGameBenchmark, parse_move
 
 __all__ = [
@@ -57,16 +56,8 @@ def draw_test_games(bench: TextArenaGameBenchmark, seed: int) -> list[Sample]:
         return list(_drawn[key])
 
 
-class HeldTestGames:
+class HeldTestGames(HiddenTestHalf):
     """Mixed in before a public game benchmark: the grader's copy, whose test split is the games of `test_seed`."""
 
-    test_seed: int
-
-    def __init__(self, *args: Any, test_seed: int = DEFAULT_TEST_SEED, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.test_seed = test_seed
-
-    def load(self, split: Split) -> list[Sample]:
-        if split == "test":
-            return draw_test_games(self, self.test_seed)  # type: ignore[arg-type]
-        return super().load(split)  # type: ignore[misc]
+    def test_samples(self) -> list[Sample]:
+        return draw_test_games(self, self.test_seed)  # type: ignore[arg-type]

