@@ -1,5 +1,6 @@
 """The bottom of agent/: the run's records, shared by every part above and importing none of them."""
 
+from agent.core.faces import lazy_face
 from agent.core.proposes import Proposes
 from agent.core.records import (
     CEILING,
@@ -13,6 +14,7 @@ from agent.core.records import (
 )
 
 __all__ = [
+    "lazy_face",
     "CEILING",
     "Operator",
     "Proposal",

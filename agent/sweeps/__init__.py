@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from agent.core import lazy_face
 
 if TYPE_CHECKING:
     from agent.sweeps.cli import bench, report
@@ -25,10 +26,4 @@ _FACE: dict[str, str] = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _FACE.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = import_module(module) if module == f"{__name__}.{name}" else getattr(import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_face(__name__, _FACE)
