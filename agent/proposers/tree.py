@@ -348,6 +348,7 @@ class TreeProposer(ProposerBase):
             hyperparameters={
                 "learning_rate": _lr(last, recipe) * 0.5,
                 "per_device_train_batch_size": max(8, batch // 2),
+                **carried(last.proposal.hyperparameters, recipe),  # the same move: its train-row choices too
                 **budget,
             },
             parent=last.proposal.init_from,

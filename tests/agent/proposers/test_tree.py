@@ -130,6 +130,16 @@ def test_a_failed_trial_is_debugged_once_from_the_same_parent() -> None:
     assert TreeProposer().propose(_ctx([ok, failed, debugged])).operator != "debug"
 
 
+def test_a_debugged_trial_keeps_its_train_row_choices() -> None:
+    """A filtered or reformatted draft that ran out of time is the same move again, not plain SFT."""
+    failed = _trial(1, None, lr=1e-3, status="failed")
+    failed.proposal.hyperparameters.update({"answer_format": "final_number", "filter_by_verifier": True})
+    proposal = TreeProposer().propose(_ctx([failed]))
+    assert proposal.operator == "debug"
+    assert proposal.hyperparameters["answer_format"] == "final_number"
+    assert proposal.hyperparameters["filter_by_verifier"] is True
+
+
 def test_ucb_bonus_shrinks_with_children() -> None:
     nodes = {
         n.id: n for n in build_tree(_ctx([_trial(1, (0.5, 0.4, 0.6)), _trial(2, (0.5, 0.4, 0.6), "t01")]))
