@@ -88,14 +88,15 @@ def lr_factor(
 
 
 def process_started_at() -> float:
-    """When this process began, on the wall clock (Linux: from /proc; elsewhere: now)."""
+    """When this process began, on the wall clock (Linux: from /proc; elsewhere: now). Its start is counted in
+    clock ticks since boot; the time since boot comes from CLOCK_BOOTTIME, not /proc/stat's btime, which is whole
+    seconds (a start up to a second too early made a trial's wall seconds longer than the trial)."""
     try:
         with open("/proc/self/stat", "rb") as f:
             ticks = int(f.read().rsplit(b")", 1)[1].split()[19])
-        with open("/proc/stat", "rb") as f:
-            boot = next(int(line.split()[1]) for line in f if line.startswith(b"btime"))
-        return boot + ticks / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError, StopIteration):
+        since_start = time.clock_gettime(time.CLOCK_BOOTTIME) - ticks / os.sysconf("SC_CLK_TCK")
+        return time.time() - since_start
+    except (OSError, ValueError, IndexError, AttributeError):
         return time.time()
 
 
@@ -239,7 +240,7 @@ class LearningRate:
         """The multiplier for step `step` (0-based): warm-up by steps when `warmup_steps` is set, else by share."""
         progress = self.clock.progress(step)
         warmup = 0.0 if self.skip_warmup else self.warmup_ratio
-        if self.warmup_steps and not self.skip_warmup:
+        if self.warmup_steps is not None and not self.skip_warmup:  # 0: no warm-up at all, not the ratio's
             warmup = 0.0
             if step < self.warmup_steps:
                 self.last_progress, self.last_factor = progress, step / self.warmup_steps

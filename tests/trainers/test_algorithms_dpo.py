@@ -47,6 +47,8 @@ def test_dpo_widens_reward_margin(tmp_path: Path) -> None:
             logging_steps=1,
             rejected_source="policy",
             policy_samples=2,
+            lr_scheduler_type="constant",  # calibrated at a constant rate; schedules: test_schedule.py
+            warmup_ratio=0.0,
         )
     )
     margins = [row["rewards/margins"] for row in logged_history(out) if "rewards/margins" in row]

@@ -33,6 +33,8 @@ def test_gad_discriminator_learns(tmp_path: Path) -> None:
             learning_rate=1e-3,
             discriminator_learning_rate=3e-3,
             sft_warmup_steps=3,
+            lr_scheduler_type="constant",  # calibrated at a constant rate; schedules: test_schedule.py
+            warmup_ratio=0.0,
             max_steps=17,
             per_device_train_batch_size=32,
             num_generations=8,

@@ -31,6 +31,8 @@ def test_oel_rounds_extract_and_consolidate(tmp_path: Path) -> None:
             # calibrated on the tiny policy across CPU kernel sets (ATEN_CPU_CAPABILITY): round 1 KL falls to 0.11x
             # (avx2) and 0.30x (default); 10 steps at 2e-3 fell to 0.15x on avx512 but rose to 2.0x on avx2
             learning_rate=1.5e-3,
+            lr_scheduler_type="constant",  # calibrated at a constant rate; schedules: test_schedule.py
+            warmup_ratio=0.0,
             rounds=2,
             episodes_per_round=8,
             max_steps=20,
