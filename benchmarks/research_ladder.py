@@ -430,6 +430,27 @@ def _at(curve: list[tuple[float, float]], x: float) -> float:
     return value
 
 
+AUTOGROUP = Path("/proc/sys/kernel/sched_autogroup_enabled")
+
+
+def shared_machine_warning(autogroup: Path = AUTOGROUP) -> str | None:
+    """Why niced work beside the ladder may still take its trials' CPU: with the kernel's autogroup on, CPU time is
+    shared between sessions first, and a process's niceness counts only inside its own session. Measured here
+    (2026-12-05, --quick beside niced test suites at a load of 5-9): a warm 16-s trial's start-up took 10-24 s with
+    autogroup on, 1-2 s with it off. None when autogroup is off or unknown."""
+    try:
+        enabled = autogroup.read_text().strip() == "1"
+    except OSError:
+        return None
+    if not enabled:
+        return None
+    return (
+        f"note: {autogroup} is 1, so `nice` does not keep other sessions' work off this ladder's trials (CPU is "
+        "shared between sessions first); on a shared machine run `echo 0 > "
+        f"{autogroup}` as root, or run nothing beside it"
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -468,6 +489,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.smoke:
         smoke = Rung("arith", "tiny-arith", "sft", trial_seconds=10, trials=2, eval_limit=60, valid_limit=60)
         rungs, policies, args.seeds = {"arith": smoke}, ["once", "tree"], 1
+    warning = shared_machine_warning()
+    if warning:
+        print(warning, file=sys.stderr, flush=True)
     home = (args.home or Path(tempfile.mkdtemp(prefix="rlloop-ladder-"))).resolve()
     from agent.run.models import resolve_base_model
 

@@ -120,3 +120,13 @@ def test_memory_is_compared_with_the_tree_paired_by_seed() -> None:
     assert "private 0.300 ± 0.050, 115 ± 5 s each" in line
     assert research_ladder.memory_against_tree({"tree": by_policy["tree"]}) is None  # type: ignore[dict-item]
     assert "memory" not in research_ladder.DEFAULT_POLICIES  # the full ladder's five; (f) on request
+
+
+def test_the_ladder_warns_when_niced_work_beside_it_would_still_take_its_cpu(tmp_path: Path) -> None:
+    switch = tmp_path / "sched_autogroup_enabled"
+    switch.write_text("1\n")
+    warning = research_ladder.shared_machine_warning(switch)
+    assert warning is not None and "nice" in warning and str(switch) in warning
+    switch.write_text("0\n")
+    assert research_ladder.shared_machine_warning(switch) is None
+    assert research_ladder.shared_machine_warning(tmp_path / "missing") is None
