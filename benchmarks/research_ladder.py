@@ -481,9 +481,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     unknown = [p for p in policies if p not in POLICIES]
     if unknown:
         parser.error(f"unknown policies {unknown}: choose from {', '.join(POLICIES)}")
-    if (
-        args.quick
-    ):  # a new rung at four 16-s trials, 3 seeds of (a) and the built-in default: about 9 minutes
+    if args.quick:  # a new rung at four 16-s trials, 3 seeds of (a) and the built-in default: about 9 minutes
         quick = dataclasses.replace(RUNGS[QUICK_RUNG], trials=4, eval_limit=300, valid_limit=200)
         rungs, policies, args.seeds = {QUICK_RUNG: quick}, ["once", BUILTIN_POLICY], 3
     if args.smoke:

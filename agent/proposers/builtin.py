@@ -25,6 +25,7 @@ RL_CYCLE = (
     "gad",
 )  # tried in turn, from the best checkpoint, when supervised training stalls
 MIN_TRIAL_SECONDS = 20.0
+REMNANT_SHARE = 0.25  # compute left under this share of `trial_seconds` is too short for a trial
 MAX_TRIAL_SECONDS = 90.0
 GRADING_RESERVE_S = (
     10.0  # time kept back per trial for the grader's scoring (a trial's own wall covers the rest)
@@ -90,7 +91,14 @@ def trial_budget(
     if context.trial_seconds is not None:
         seconds = context.trial_seconds * share
         if context.compute_left_s is not None:
-            seconds = max(min(seconds, context.compute_left_s), min(context.trial_seconds, MIN_TRIAL_SECONDS))
+            # never more than is left, so every policy spends the same compute; a remnant too short to train in
+            # (start-up would be most of it) ends the run instead
+            if context.compute_left_s < context.trial_seconds * REMNANT_SHARE:
+                raise SearchDone(
+                    f"{context.compute_left_s:.1f} s of trial compute left, under {REMNANT_SHARE:.0%} of a "
+                    f"{context.trial_seconds:g}-s trial"
+                )
+            seconds = min(seconds, context.compute_left_s)
         budget.update(max_seconds=round(seconds, 1), max_steps=max_steps)
         return seconds, budget
     per_trial = context.seconds_left / max(context.trials_left, 1) - GRADING_RESERVE_S

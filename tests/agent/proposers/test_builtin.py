@@ -93,3 +93,25 @@ def test_failure_backs_off() -> None:
     proposal = BuiltinProposer().propose(_ctx(trials, None, None))
     assert proposal.hyperparameters["learning_rate"] == 5e-4
     assert "t01" in proposal.hypothesis
+
+
+def test_a_trial_never_gets_more_compute_than_is_left_and_a_remnant_ends_the_run() -> None:
+    """Equal compute for every policy: a trial of several trials' worth, or one after trials that overran, is cut to
+    what `--max-compute-s` leaves; a remnant too short to train in ends the run instead of buying a full trial."""
+    from agent.proposers.base import SearchDone
+    from agent.proposers.builtin import trial_budget
+
+    def timed(left: float) -> ProposalContext:
+        return _ctx([], None, None).model_copy(update={"trial_seconds": 16.0, "compute_left_s": left})
+
+    assert trial_budget(timed(80.0), None, share=2.0)[1]["max_seconds"] == 32.0
+    assert trial_budget(timed(17.2), None, share=2.0)[1]["max_seconds"] == 17.2
+    assert (
+        trial_budget(timed(9.0), None)[1]["max_seconds"] == 9.0
+    )  # was a whole 16-s trial: 7 s over the budget
+    try:
+        trial_budget(timed(1.5), None)
+    except SearchDone as done:
+        assert "1.5 s of trial compute left" in str(done)
+    else:
+        raise AssertionError("a 1.5-s remnant bought a trial")
