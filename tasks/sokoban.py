@@ -213,7 +213,6 @@ class SokobanOneBoxBenchmark(SokobanBenchmark):
         "[right]. Score: success rate over held-out rooms (at most 20 replies each). Train/valid hold an optimal "
         "expert's turns."
     )
-    header = "Sokoban: push every X onto an O."
     default_split_sizes: ClassVar[dict[str, int]] = {"test": 200, "valid": 100, "train": 600}
 
     def __init__(
