@@ -4,6 +4,7 @@ from agent.core.faces import lazy_face
 from agent.core.proposes import Proposes
 from agent.core.records import (
     CEILING,
+    BaselineScore,
     Operator,
     Proposal,
     ProposalContext,
@@ -15,6 +16,7 @@ from agent.core.records import (
 
 __all__ = [
     "lazy_face",
+    "BaselineScore",
     "CEILING",
     "Operator",
     "Proposal",

@@ -53,7 +53,7 @@ if TYPE_CHECKING:
         start_run,
         write_recipe_catalog,
     )
-    from agent.run.status import RunRow, collect_runs, read_state, run_row
+    from agent.run.status import RunRow, collect_runs, open_checkpoints, read_state, run_row
     from agent.run.tracking import (
         PARENT_TAG,
         Tracker,
@@ -120,6 +120,7 @@ __all__ = [
     "locate_run",
     "make_budget",
     "new_run_id",
+    "open_checkpoints",
     "open_client",
     "open_sandbox",
     "parse_duration",
@@ -202,6 +203,7 @@ _FACE: dict[str, str] = {
     "locate_run": "agent.run.startup",
     "make_budget": "agent.run.startup",
     "new_run_id": "agent.run.workspace",
+    "open_checkpoints": "agent.run.status",
     "open_client": "agent.run.tracking",
     "open_sandbox": "agent.run.startup",
     "parse_duration": "agent.run.config",

@@ -15,9 +15,9 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from agent.core import TrialRecord
 from agent.run.environment import environment_record, flat_params
@@ -440,37 +440,46 @@ def child_span(name: str, span_type: str, inputs: dict[str, Any]) -> Iterator[An
 Nodes = TypeVar("Nodes", bound=type)
 
 
-def _node_trial(node: str, state: dict[str, Any]) -> str | None:
+class NodeState(Protocol):
+    """What a traced node's trace reads of the loop's state (`agent.loop.graph.LoopState`)."""
+
+    @property
+    def trials(self) -> Sequence[TrialRecord]: ...
+
+    @property
+    def current(self) -> TrialRecord | None: ...
+
+    @property
+    def mlflow_parent(self) -> str | None: ...
+
+
+def _node_trial(node: str, state: NodeState) -> str | None:
     if node == "propose":  # the trial about to be proposed (the loop names them t01, t02, ...)
-        return f"t{len(state.get('trials') or []) + 1:02d}"
-    if node in TRIAL_NODES:
-        return (state.get("current") or {}).get("trial_id")
+        return f"t{len(state.trials) + 1:02d}"
+    if node in TRIAL_NODES and state.current is not None:
+        return state.current.trial_id
     return None
 
 
 def _traced(node: str, method: Callable[..., dict[str, Any]]) -> Callable[..., dict[str, Any]]:
     @functools.wraps(method)
-    def run_node(self: Any, state: dict[str, Any]) -> dict[str, Any]:
+    def run_node(self: Any, state: NodeState) -> dict[str, Any]:
         tracker: Tracker = self.tracker
         trial_id = _node_trial(node, state)
-        inputs = {"trial_id": trial_id, "trials_done": len(state.get("trials") or [])}
+        inputs = {"trial_id": trial_id, "trials_done": len(state.trials)}
         link_to: str | None = None
         with tracker.node_trace(
             node, run_id=self.paths.run_id, benchmark=self.config.benchmark, trial_id=trial_id, inputs=inputs
         ) as span:
             update = method(self, state)
-            parent = update.get("mlflow_parent") or state.get("mlflow_parent")
+            parent = update.get("mlflow_parent") or state.mlflow_parent
             if span is not None:
-                current = update.get("current") or {}
+                current: TrialRecord | None = update.get("current")
                 span.set_outputs(
                     {k: update[k] for k in ("halt", "status", "stop_reason") if update.get(k)}
-                    | (
-                        {"trial_status": current.get("status"), "error": current.get("error")}
-                        if current
-                        else {}
-                    )
+                    | ({"trial_status": current.status, "error": current.error} if current else {})
                 )
-                if parent and trial_id and (current or state.get("current")):  # a trial exists
+                if parent and trial_id and (current or state.current):  # a trial exists
                     link_to = tracker.trial_run(parent, self.paths.run_id, self.config.benchmark, trial_id)
                 elif parent:
                     link_to = parent
