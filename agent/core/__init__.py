@@ -8,7 +8,6 @@ from agent.core.records import (
     Proposal,
     ProposalContext,
     TrialRecord,
-    TrialStatus,
     Validation,
     ValidSample,
 )
@@ -21,7 +20,6 @@ __all__ = [
     "ProposalContext",
     "Proposes",
     "TrialRecord",
-    "TrialStatus",
     "ValidSample",
     "Validation",
 ]
