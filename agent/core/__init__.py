@@ -9,7 +9,6 @@ from agent.core.records import (
     Proposal,
     ProposalContext,
     TrialRecord,
-    TrialStatus,
     Validation,
     ValidSample,
 )
@@ -23,7 +22,6 @@ __all__ = [
     "ProposalContext",
     "Proposes",
     "TrialRecord",
-    "TrialStatus",
     "ValidSample",
     "Validation",
 ]

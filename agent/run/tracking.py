@@ -14,6 +14,7 @@ import functools
 import json
 import logging
 import os
+import sqlite3
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -401,6 +402,31 @@ def review_links(root: Path, ui_base: str) -> list[tuple[str, str]]:
 def run_page_url(ui_base: str, experiment_id: str, parent: str) -> str:
     """A run's MLflow page under Model training (`Tracker.run_url`, for callers that know the experiment)."""
     return f"{ui_base.rstrip('/')}/#/experiments/{experiment_id}/runs/{parent}?{ML_WORKFLOW}"
+
+
+def parent_run_url(tracking_uri: str, parent: str, ui_base: str, artifact_root: Path) -> str | None:
+    """The parent run's MLflow page (`Tracker.run_url`) for a page that must answer fast: a SQLite store is read
+    directly (one indexed row, read-only; importing MLflow to ask it would take seconds). None while the run is
+    not in the store. Raises what the store raises."""
+    database = sqlite_path(tracking_uri)
+    if database is None:
+        return Tracker(tracking_uri, artifact_root).run_url(parent, ui_base)
+    experiment = _experiment_of(database, parent)
+    return None if experiment is None else run_page_url(ui_base, experiment, parent)
+
+
+def _experiment_of(database: Path, run_uuid: str) -> str | None:
+    """The experiment id of an MLflow run in a SQLite store, read-only; None when it is not there (yet)."""
+    if not database.is_file():
+        return None
+    conn = sqlite3.connect(f"file:{database}?mode=ro", uri=True, timeout=2.0)
+    try:
+        row = conn.execute("SELECT experiment_id FROM runs WHERE run_uuid = ?", (run_uuid,)).fetchone()
+    except sqlite3.Error:
+        return None
+    finally:
+        conn.close()
+    return str(row[0]) if row else None
 
 
 def runs_url(run_url: str) -> str | None:
