@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 from agent.core import Proposal, TrialRecord
-from agent.llm import Budget
 from agent.loop import prewarm
 from agent.loop.context import RunContext
 from agent.loop.graph import LoopState
@@ -28,12 +27,9 @@ from agent.loop.trials import (
     python_for,
     sandbox_request,
 )
-from agent.proposers import Proposer
-from agent.run import GraderProcess, Reporter, RunConfig, RunPaths, Tracker
-from grader.benchmarks import Benchmark
+from agent.run import GraderProcess, Tracker
 from sandbox import untrusted
-from sandbox.base import Sandbox, SandboxRequest, maps_paths
-from sandbox.devices import DevicePlan
+from sandbox.base import SandboxRequest, maps_paths
 from sandbox.registry import isolation_of
 
 
@@ -42,6 +38,10 @@ class RunResources:
 
     def __init__(self, context: RunContext) -> None:
         self.context = context  # built completely by the driver; nothing is set on this object from outside
+        # the context's parts under their own names, for the nodes (the context is frozen: these are never rebound)
+        self.config, self.paths, self.reporter = context.config, context.paths, context.reporter
+        self.proposer, self.sandbox, self.budget = context.proposer, context.sandbox, context.budget
+        self.devices, self.base_model, self.benchmark = context.devices, context.base_model, context.benchmark
         if context.devices.gpus or context.config.trial_gpus:
             context.reporter.info(context.devices.describe())
         self.tracker = Tracker(context.config.tracking_uri, context.config.home / "mlartifacts")
@@ -53,43 +53,6 @@ class RunResources:
         self.validation_estimate_s = 0.0
         self.exit_estimate_s = 0.0
         self.warm: WarmTrial | None = None  # the next trial's sandbox, started early (agent.loop.prewarm)
-
-    # ---- the run's context, read-only ---------------------------------------------------------------------------
-    @property
-    def config(self) -> RunConfig:
-        return self.context.config
-
-    @property
-    def paths(self) -> RunPaths:
-        return self.context.paths
-
-    @property
-    def reporter(self) -> Reporter:
-        return self.context.reporter
-
-    @property
-    def proposer(self) -> Proposer:
-        return self.context.proposer
-
-    @property
-    def sandbox(self) -> Sandbox:
-        return self.context.sandbox
-
-    @property
-    def budget(self) -> Budget:
-        return self.context.budget
-
-    @property
-    def devices(self) -> DevicePlan:
-        return self.context.devices
-
-    @property
-    def base_model(self) -> Path:
-        return self.context.base_model
-
-    @property
-    def benchmark(self) -> Benchmark:
-        return self.context.benchmark
 
     @property
     def scripts(self) -> SandboxScripts:
