@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from pydantic import BaseModel, Field
 
-from grader.benchmarks.base import BatchScoring, Benchmark, MultiTurnBenchmark, PromptFormatting, Sample
+from tasks.base import BatchScoring, Benchmark, MultiTurnBenchmark, PromptFormatting, Sample
 from grader.config import EvalConfig, pin_chat
 from grader.engines import (
     ENGINES,

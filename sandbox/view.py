@@ -46,16 +46,6 @@ class TrialView:
             Mount(source=self.trial, target=seen.trial),
         ]
 
-    def readable(self) -> dict[str, Path]:
-        """What a path in a trial's config may name, by role (the output is its own, the rest read-only)."""
-        return {
-            "workspace": self.workspace,
-            "model": self.model,
-            "base": self.base,
-            "trial": self.trial,
-            "output": self.output,
-        }
-
 
 FIXED = TrialView(
     workspace=Path("/workspace"),

@@ -28,6 +28,10 @@ NOISE_SHARE = 0.4  # arith-noisy: the share of train and valid answers that are 
 NOISE_MAX_OFFSET = 10  # a wrong answer is the result moved by 1..10 either way (never below 0)
 LABELLED_TRAIN = 256  # arith-few: train prompts that keep their answer (the first ones); valid has none
 VERBOSE_TEMPLATE = "The answer is {answer}."  # arith-verbose: how every train and valid answer is written
+# how every variant's description begins
+_AS_ARITH = (
+    "Two-operand integer arithmetic as in arith: prompts like '37+58=' (operands 0-99, non-negative results)"
+)
 
 
 def _unit(name: str, key: str) -> float:
@@ -75,10 +79,9 @@ class ArithNoisyBenchmark(_ArithVariant):
 
     name = "arith-noisy"
     description = (
-        "Two-operand integer arithmetic as in arith: prompts like '37+58=' (operands 0-99, non-negative results); "
-        f"write the result right after '=' and stop. About {NOISE_SHARE:.0%} of the answers in train and valid are "
-        "wrong (near misses: a careless annotator's slips). The score is exact: the completion's first number "
-        "against the result computed from the prompt, not against the answer column."
+        f"{_AS_ARITH}; write the result right after '=' and stop. About {NOISE_SHARE:.0%} of the answers in train "
+        "and valid are wrong (near misses: a careless annotator's slips). The score is exact: the completion's "
+        "first number against the result computed from the prompt, not against the answer column."
     )
 
     def _rewrite(self, sample: Sample, index: int, split: str) -> Sample:
@@ -92,10 +95,9 @@ class ArithFewBenchmark(_ArithVariant):
 
     name = "arith-few"
     description = (
-        "Two-operand integer arithmetic as in arith: prompts like '37+58=' (operands 0-99, non-negative results); "
-        f"write the result right after '=' and stop. Only the first {LABELLED_TRAIN} train prompts carry an answer; "
-        "the other train prompts and the valid prompts have none (answer is empty). The score is exact: the "
-        "completion's first number against the result computed from the prompt."
+        f"{_AS_ARITH}; write the result right after '=' and stop. Only the first {LABELLED_TRAIN} train prompts "
+        "carry an answer; the other train prompts and the valid prompts have none (answer is empty). The score is "
+        "exact: the completion's first number against the result computed from the prompt."
     )
 
     def _rewrite(self, sample: Sample, index: int, split: str) -> Sample:
@@ -109,11 +111,10 @@ class ArithVerboseBenchmark(_ArithVariant):
 
     name = "arith-verbose"
     description = (
-        "Two-operand integer arithmetic as in arith: prompts like '37+58=' (operands 0-99, non-negative results). "
-        f"The train and valid answers are written as sentences ('{VERBOSE_TEMPLATE.format(answer=95)}'); the "
-        "grader reads the first number written right after '=' (6 new tokens at most, cut at a space or newline), "
-        "so '95' scores and 'The answer is 95.' does not. The score is exact: that number against the result "
-        "computed from the prompt."
+        f"{_AS_ARITH}. The train and valid answers are written as sentences "
+        f"('{VERBOSE_TEMPLATE.format(answer=95)}'); the grader reads the first number written right after '=' (6 new "
+        "tokens at most, cut at a space or newline), so '95' scores and 'The answer is 95.' does not. The score is "
+        "exact: that number against the result computed from the prompt."
     )
 
     def _rewrite(self, sample: Sample, index: int, split: str) -> Sample:

@@ -9,7 +9,6 @@ reference solutions.
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import re
@@ -19,6 +18,7 @@ from typing import Any
 
 from tasks.answers import extract_number, normalize_number, numbers_match
 from tasks.base import Sample, Split, public_split
+from tasks.jsonl import json_lines
 
 VALID_SIZE = 500
 VALID_SEED = 20_240_607
@@ -40,19 +40,15 @@ def data_dir_candidates() -> list[Path]:
 
 def _read_jsonl(path: Path) -> list[dict[str, str]]:
     rows: list[dict[str, str]] = []
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                raise GSM8KDataError(
-                    f"{path}:{number} is not valid JSON; restore the file from the source"
-                ) from None
-            if "question" not in row or "answer" not in row:
-                raise GSM8KDataError(f"{path}:{number} lacks 'question' or 'answer'")
-            rows.append({"question": str(row["question"]), "answer": str(row["answer"])})
+    for number, row in json_lines(
+        path,
+        lambda number, _: GSM8KDataError(
+            f"{path}:{number} is not valid JSON; restore the file from the source"
+        ),
+    ):
+        if "question" not in row or "answer" not in row:
+            raise GSM8KDataError(f"{path}:{number} lacks 'question' or 'answer'")
+        rows.append({"question": str(row["question"]), "answer": str(row["answer"])})
     return rows
 
 

@@ -133,17 +133,19 @@ class SokobanBenchmark(TextArenaGameBenchmark):
     generator_version = 3  # v2: every optimal move of a training turn; v3: no test split on the public seeds
     test_modulus = None  # rooms are too many to collide: the grader's draw excludes train/valid rooms instead
     default_split_sizes: ClassVar[dict[str, int]] = {"test": 100, "valid": 30, "train": 150}
+    default_num_boxes: ClassVar[int] = 3
+    default_max_turns: ClassVar[int] = 30
 
     def __init__(
         self,
         dim_room: tuple[int, int] = (6, 6),
-        num_boxes: int = 3,
-        max_turns: int = 30,
+        num_boxes: int | None = None,
+        max_turns: int | None = None,
         split_sizes: dict[str, int] | None = None,
     ):
         self.dim_room = dim_room
-        self.num_boxes = num_boxes
-        super().__init__(max_turns, split_sizes)
+        self.num_boxes = self.default_num_boxes if num_boxes is None else num_boxes
+        super().__init__(self.default_max_turns if max_turns is None else max_turns, split_sizes)
 
     def settings(self) -> dict[str, Any]:
         return {"dim_room": list(self.dim_room), "num_boxes": self.num_boxes, "max_turns": self.max_turns}
@@ -213,14 +215,6 @@ class SokobanOneBoxBenchmark(SokobanBenchmark):
         "[right]. Score: success rate over held-out rooms (at most 20 replies each). Train/valid hold an optimal "
         "expert's turns."
     )
-    header = "Sokoban: push every X onto an O."
     default_split_sizes: ClassVar[dict[str, int]] = {"test": 200, "valid": 100, "train": 600}
-
-    def __init__(
-        self,
-        dim_room: tuple[int, int] = (6, 6),
-        num_boxes: int = 1,
-        max_turns: int = 20,
-        split_sizes: dict[str, int] | None = None,
-    ):
-        super().__init__(dim_room=dim_room, num_boxes=num_boxes, max_turns=max_turns, split_sizes=split_sizes)
+    default_num_boxes: ClassVar[int] = 1
+    default_max_turns: ClassVar[int] = 20

@@ -9,23 +9,46 @@ from __future__ import annotations
 
 import hashlib
 import json
+import random
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from transformers import PreTrainedTokenizerBase
 
 from tasks.answers import extract_number
 from tasks.base import Verifier
 from tasks.chat import ChatPrompts
+from tasks.jsonl import json_lines
 from trainers.schedule import mark
 
 if TYPE_CHECKING:  # `datasets` costs a second of every trial's start-up: imported by the TRL recipes only
     from datasets import Dataset
 
 
+T = TypeVar("T")
+
+
 class DataFileError(ValueError):
     """A training file that cannot be used; the message names the file and line and says what to fix."""
+
+
+def batches(items: Sequence[T], size: int, seed: int) -> Callable[[], list[T]]:
+    """An endless shuffled stream of `size`-item batches (reshuffled each epoch)."""
+    rng = random.Random(seed)
+    order: list[int] = []
+
+    def next_batch() -> list[T]:
+        while len(order) < size:
+            fresh = list(range(len(items)))
+            rng.shuffle(fresh)
+            order.extend(fresh)
+        picked = [items[i] for i in order[:size]]
+        del order[:size]
+        return picked
+
+    return next_batch
 
 
 def chat_prompts(config: Any) -> ChatPrompts | None:
@@ -112,23 +135,17 @@ def read_jsonl(
     if not path.is_file():
         raise DataFileError(f"train_file {path} does not exist; use the workspace's data/train.jsonl")
     rows: list[dict[str, Any]] = []
-    with path.open(encoding="utf-8") as fh:
-        for number, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise DataFileError(
-                    f"{path}:{number}: not valid JSON ({exc.msg}); one object per line"
-                ) from None
-            if not isinstance(row, dict) or not isinstance(row.get("prompt"), str) or "answer" not in row:
-                raise DataFileError(f'{path}:{number}: each line needs string "prompt" and "answer" fields')
-            rows.append(
-                {"id": str(row.get("id", number)), "prompt": row["prompt"], "answer": str(row["answer"])}
-            )
-            if limit is not None and len(rows) >= limit:
-                break
+    for number, row in json_lines(
+        path,
+        lambda number, exc: DataFileError(
+            f"{path}:{number}: not valid JSON ({exc.msg}); one object per line"
+        ),
+    ):
+        if not isinstance(row, dict) or not isinstance(row.get("prompt"), str) or "answer" not in row:
+            raise DataFileError(f'{path}:{number}: each line needs string "prompt" and "answer" fields')
+        rows.append({"id": str(row.get("id", number)), "prompt": row["prompt"], "answer": str(row["answer"])})
+        if limit is not None and len(rows) >= limit:
+            break
     if not rows:
         raise DataFileError(f"{path} has no samples; it must hold one JSON object per line")
     if moves is not None:
@@ -194,11 +211,13 @@ def tokenized_sft_dataset(
     chat: ChatPrompts | None = None,
     moves: RowMoves | None = None,
 ) -> Dataset:
-    """`_tokenize_sft` of the file, kept by content for this process: a warm trial (trainers.warm) tokenizes the
-    workspace's file before its go, and the trial reuses it when its file, tokenizer and options are the same."""
+    """`_tokenize_sft` of the file's labelled rows, kept by content for this process: a warm trial (trainers.warm) tokenizes the
+    workspace's file before its go, and the trial reuses it when its file, tokenizer and options are the same.
+    Rows without an answer (prompts alone, for RL) are skipped: trained on, they would teach the model to stop at
+    once."""
     try:
         content = hashlib.sha256(Path(path).read_bytes()).hexdigest()
-    except OSError:  # missing or unreadable: _tokenize_sft says so, naming the file
+    except OSError:  # missing or unreadable: read_jsonl says so, naming the file
         content = ""
     key = (
         content,
@@ -213,13 +232,12 @@ def tokenized_sft_dataset(
         mark("data")
         return _TOKENIZED[key]
     dataset = _tokenize_sft(
-        path,
+        labelled_rows(read_jsonl(path, limit=max_samples, chat=chat, moves=moves), path),
         tokenizer,
         max_length=max_length,
         completion_only_loss=completion_only_loss,
-        max_samples=max_samples,
-        chat=chat,
-        moves=moves,
+        end_of_turn=chat.end_of_turn if chat is not None else "",
+        path=path,
     )
     if chat is None and content:
         _TOKENIZED[key] = dataset
@@ -227,27 +245,23 @@ def tokenized_sft_dataset(
 
 
 def _tokenize_sft(
-    path: Path,
+    rows: list[dict[str, Any]],
     tokenizer: PreTrainedTokenizerBase,
     *,
     max_length: int,
-    completion_only_loss: bool = True,
-    max_samples: int | None = None,
-    chat: ChatPrompts | None = None,
-    moves: RowMoves | None = None,
+    completion_only_loss: bool,
+    end_of_turn: str,
+    path: Path,
 ) -> Dataset:
     """For SFT, tokenized here in two batched calls: `input_ids` and `labels` (-100 outside the loss), the rows TRL's
     SFTTrainer would build from `prompt_completion_dataset` (EOS appended, the completion starting where prompt and
     prompt+completion tokens part, truncated from the end to `max_length`, rows with nothing left in the loss
     dropped). TRL does the same one row at a time through `datasets.map`: 3-7 s of every short trial's start-up on a
     12,000-row file, against well under one here. Pass it with `dataset_kwargs={"skip_prepare_dataset": True}`.
-    Rows without an answer (prompts alone, for RL) are skipped: trained on, they would teach the model to stop at
-    once."""
-    rows = labelled_rows(read_jsonl(path, limit=max_samples, chat=chat, moves=moves), path)
-    end = chat.end_of_turn if chat is not None else ""
+    `rows` have an answer (`labelled_rows` of `path`); each completion ends with `end_of_turn` (a chat template's)."""
     eos = tokenizer.eos_token or ""
     prompts = [r["prompt"] for r in rows]
-    completions = [r["answer"] + end for r in rows]
+    completions = [r["answer"] + end_of_turn for r in rows]
     completions = [c if c.endswith(eos) else c + eos for c in completions]
     prompt_ids = tokenizer(prompts)["input_ids"]
     full_ids = tokenizer([p + c for p, c in zip(prompts, completions, strict=True)])["input_ids"]

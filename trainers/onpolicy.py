@@ -9,8 +9,8 @@ T columns whatever prompt (with or without context) it is re-scored under.
 
 from __future__ import annotations
 
-import random
-from collections.abc import Callable, Mapping, Sequence
+import itertools
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, Literal, TypeVar
@@ -24,7 +24,7 @@ from tasks.base import stop_strings
 from tasks.chat import ChatPrompts
 from trainers import device, losses, runtime
 from trainers.config import TrainerConfig
-from trainers.data import RowMoves, chat_prompts, read_jsonl
+from trainers.data import RowMoves, batches, chat_prompts, read_jsonl
 from trainers.finish import finish_run, prepare_output_dir
 from trainers.quick_eval import accuracy
 from trainers.result import TrainResult
@@ -280,23 +280,6 @@ def policy_gradient_step(
     return float(loss.detach())
 
 
-def batches(samples: Sequence[Sample], size: int, seed: int) -> Callable[[], list[Sample]]:
-    """An endless shuffled stream of `size`-sample batches (reshuffled each epoch)."""
-    rng = random.Random(seed)
-    order: list[int] = []
-
-    def next_batch() -> list[Sample]:
-        while len(order) < size:
-            fresh = list(range(len(samples)))
-            rng.shuffle(fresh)
-            order.extend(fresh)
-        picked = [samples[i] for i in order[:size]]
-        del order[:size]
-        return picked
-
-    return next_batch
-
-
 def evaluate(
     model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, config: OnPolicyConfig
 ) -> float | None:
@@ -349,12 +332,33 @@ class Session(Generic[ConfigT]):
         self.tokenizer = tokenizer
         prepare_output_dir(Path(config.output_dir))
         self.eval_before = evaluate(model, tokenizer, config)
+        self.rollout_tokens = 0  # prompt and completion tokens of the batches `rollouts` drew
         self.pace = Pace(config, planned_steps)
         self.pace.begin_training(model)
 
     def begin_step(self, *optimizers: torch.optim.Optimizer) -> bool:
         """Before each optimizer step: its rate set on `optimizers` by the schedule; False: stop and save now."""
         return self.pace.begin_step(*optimizers)
+
+    def rollouts(
+        self, optimizer: torch.optim.Optimizer, samples: Sequence[Sample], max_new_tokens: int
+    ) -> Iterator[tuple[int, list[Sample], Rollout]]:
+        """Each step the clock allows (`begin_step`): its number, a batch of `prompts_per_step` prompts drawn from
+        `samples`, each repeated `num_generations` times, and the policy's completions of them."""
+        next_batch = batches(samples, self.config.prompts_per_step(), self.config.seed)
+        for step_number in itertools.count(1):
+            if not self.begin_step(optimizer):
+                return
+            batch = [s for s in next_batch() for _ in range(self.config.num_generations)]
+            rollout = sample(
+                self.model,
+                self.tokenizer,
+                [s.prompt for s in batch],
+                max_new_tokens=max_new_tokens,
+                temperature=self.config.temperature,
+            )
+            self.rollout_tokens += int(rollout.attention_mask.sum())
+            yield step_number, batch, rollout
 
     def _with_rate(self, row: Mapping[str, Any]) -> Mapping[str, Any]:
         """A per-step row with the learning rate its step took (as TRL's log rows carry it)."""

@@ -38,6 +38,7 @@ from transformers import (
 )
 
 from tasks.atomic import atomic_folder
+from trainers.data import batches
 
 PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
 SPECIAL_TOKENS = [PAD, BOS, EOS, UNK]
@@ -146,16 +147,10 @@ def _training_batches(
             (prompt_ids + tokenizer(answer, add_special_tokens=False)["input_ids"], len(prompt_ids))
         )
     eos = tokenizer.eos_token_id
-    rng = random.Random(seed)
-    order: list[int] = []
-    batches = []
+    next_batch = batches(encoded, batch_size, seed)
+    out = []
     for _ in range(steps):
-        if len(order) < batch_size:
-            fresh = list(range(len(encoded)))
-            rng.shuffle(fresh)
-            order.extend(fresh)
-        picked = [encoded[i] for i in order[:batch_size]]
-        del order[:batch_size]
+        picked = next_batch()
         width = max(len(ids) for ids, _ in picked) + 1
         ids = torch.full((batch_size, width), tokenizer.pad_token_id, dtype=torch.long)
         labels = torch.full((batch_size, width), -100, dtype=torch.long)
@@ -163,8 +158,8 @@ def _training_batches(
             full = torch.tensor([*seq, eos])
             ids[row, : len(full)] = full
             labels[row, prompt_len : len(full)] = full[prompt_len:]
-        batches.append((ids, labels))
-    return batches
+        out.append((ids, labels))
+    return out
 
 
 def train_tiny_model(

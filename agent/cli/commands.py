@@ -45,30 +45,13 @@ def build_config(config_file: Path | None, flags: dict[str, Any]) -> RunConfig:
 
 
 def _execute(config: RunConfig, resume_run_id: str | None = None) -> None:
-    from agent.launch import launch
-    from agent.run import GraderError, HomeNotWritableError, ModelNotFoundError
-    from sandbox.base import SandboxUnavailableError
-    from tasks.plugins import UnknownPluginError
+    from agent.launch import launch_to_exit
 
-    try:
-        summary = launch(config, resume_run_id=resume_run_id)
-    except (
-        UnknownPluginError,
-        ModelNotFoundError,
-        HomeNotWritableError,
-        GraderError,
-        SandboxUnavailableError,
-    ) as exc:
-        fail(str(exc))
-        return
-    except (FileNotFoundError, FileExistsError, ValueError) as exc:
-        fail(str(exc))
-        return
-    if summary.get("status") == "interrupted":
-        raise typer.Exit(130)
-    if summary.get("status") == "failed":
-        err.print(f"[red]error:[/red] the run ended early: {summary.get('stop_reason')}")
-        raise typer.Exit(1)
+    code = launch_to_exit(
+        config, error=lambda line: err.print(f"[red]error:[/red] {line}"), resume_run_id=resume_run_id
+    )
+    if code:
+        raise typer.Exit(code)
 
 
 @app.command()
@@ -263,13 +246,13 @@ def grade_serve(
 
     from agent.run import (
         ModelNotFoundError,
-        atomic_write_json,
         ensure_home,
         free_port,
         new_run_id,
         resolve_base_model,
     )
     from grader.benchmarks import get_benchmark
+    from tasks.atomic import atomic_write_json
     from tasks.plugins import UnknownPluginError
 
     root = ensure_home(_home(home))

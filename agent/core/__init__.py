@@ -4,24 +4,24 @@ from agent.core.faces import lazy_face
 from agent.core.proposes import Proposes
 from agent.core.records import (
     CEILING,
+    BaselineScore,
     Operator,
     Proposal,
     ProposalContext,
     TrialRecord,
-    TrialStatus,
     Validation,
     ValidSample,
 )
 
 __all__ = [
     "lazy_face",
+    "BaselineScore",
     "CEILING",
     "Operator",
     "Proposal",
     "ProposalContext",
     "Proposes",
     "TrialRecord",
-    "TrialStatus",
     "ValidSample",
     "Validation",
 ]

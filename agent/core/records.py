@@ -9,6 +9,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, computed_field, model_validator
 
 __all__ = [
+    "BaselineScore",
     "CEILING",
     "Operator",
     "Proposal",
@@ -146,6 +147,20 @@ class ProposalContext(BaseModel):
     # where the run's files are, so a proposer can check the paths it proposes (agent.proposers.proposal_paths); None: unknown
     workspace: str | None = None
     base_model_path: str | None = None
+
+
+class BaselineScore(BaseModel):
+    """The base model's score on n samples, with its 95% CI where known: on the hidden test set (the grader's
+    baseline) or on the public valid split. What the loop keeps of a baseline in its state."""
+
+    score: float
+    n: int | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+
+    @property
+    def ci(self) -> tuple[float, float] | None:
+        return None if self.ci_low is None or self.ci_high is None else (self.ci_low, self.ci_high)
 
 
 class ValidSample(BaseModel):

@@ -2,8 +2,8 @@
 
 from agent.llm.budget import Budget, BudgetLimits, BudgetSpent
 from agent.llm.client import CallRecord, ChatReply, LLMClient, LLMSettings, Message
-from agent.llm.errors import LLMBudgetExhaustedError, LLMError, LLMRequestError, LLMUnavailableError
-from agent.llm.pricing import ModelPrice, PriceTable, PriceTableError
+from agent.llm.errors import LLMBudgetExhaustedError, LLMError, LLMUnavailableError
+from agent.llm.pricing import PriceTable, PriceTableError
 from agent.llm.retry import RetryPolicy
 
 __all__ = [
@@ -15,11 +15,9 @@ __all__ = [
     "LLMBudgetExhaustedError",
     "LLMClient",
     "LLMError",
-    "LLMRequestError",
     "LLMSettings",
     "LLMUnavailableError",
     "Message",
-    "ModelPrice",
     "PriceTable",
     "PriceTableError",
     "RetryPolicy",

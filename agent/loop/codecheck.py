@@ -44,7 +44,8 @@ def smoke_run(run: RunResources, record: TrialRecord, trials: list[TrialRecord])
     """Train the proposal briefly in trials/<id>-smoke; None if it wrote a checkpoint, else why not and its log."""
     smoke_id = f"{record.trial_id}-smoke"
     try:
-        request = run.trial_request(record.proposal, smoke_id, trials, run.config.smoke_timeout)
+        limits = run.trial_limits(run.config.smoke_timeout)
+        request = run.trial_request(record.proposal, smoke_id, trials, limits)
     except TrialSetupError as exc:
         return str(exc)
     request.env["RLLOOP_SMOKE"] = "1"

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -51,30 +51,26 @@ def width(config: RunConfig, trials_done: int, submissions_left: int) -> int:
     return max(1, min(config.trial_concurrency, left))
 
 
-def trial_cpus(config: RunConfig, k: int) -> float | None:
-    """One trial's CPU share when k train at once: the user's --trial-cpus, else this machine's cores / k."""
-    if config.trial_cpus is not None or k <= 1:
-        return config.trial_cpus
+def trial_cpus(cpus: float | None, k: int) -> float | None:
+    """One trial's CPU share when k train at once: its own limit (the user's --trial-cpus), else this machine's
+    cores / k."""
+    if cpus is not None or k <= 1:
+        return cpus
     return max(1.0, (os.cpu_count() or 1) / k)
 
 
 def split_request(
-    request: SandboxRequest,
-    config: RunConfig,
-    k: int,
-    slot: int,
-    devices: DevicePlan,
-    schedules_resources: bool = False,
+    request: SandboxRequest, k: int, slot: int, devices: DevicePlan, schedules_resources: bool = False
 ) -> SandboxRequest:
-    """`request` as the `slot`-th of k concurrent trials: its CPU share of this machine (and torch/OpenMP threads
-    to match) and the GPUs after its siblings' in the pool (slot 0 keeps the free ones the plan chose; the lease
-    still serialises any overlap). Neither on a backend that `schedules_resources` itself (ray: its scheduler
-    places each trial on a node with room)."""
+    """`request` (made within the trial's limits) as the `slot`-th of k concurrent trials: its CPU share of this
+    machine (and torch/OpenMP threads to match) and the GPUs after its siblings' in the pool (slot 0 keeps the free
+    ones the plan chose; the lease still serialises any overlap). Neither on a backend that `schedules_resources`
+    itself (ray: its scheduler places each trial on a node with room)."""
     if k <= 1:
         return request
     update: dict[str, Any] = {}
     if not schedules_resources:
-        cpus = trial_cpus(config, k)
+        cpus = trial_cpus(request.cpus, k)
         threads = str(max(1, int(cpus or 1)))
         update["cpus"] = cpus
         update["env"] = {"OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads, **request.env}
@@ -206,7 +202,3 @@ def train_batch(
     if errors:
         raise errors[0]
     return [r for r in results if r is not None]
-
-
-def queued_records(state: Mapping[str, Any]) -> list[TrialRecord]:
-    return [TrialRecord.model_validate(t) for t in state.get("queue") or []]

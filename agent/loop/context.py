@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from agent.loop.limits import TrialLimits
 from agent.proposers import make_proposer
 from agent.run import (
     StartedRun,
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class RunContext:
-    """One run's config, folders, log, proposer, sandbox, budget, devices, base model and benchmark."""
+    """One run's config, folders, log, proposer, sandbox, budget, devices, base model, benchmark and trial limits."""
 
     config: RunConfig
     paths: RunPaths
@@ -41,6 +42,7 @@ class RunContext:
     devices: DevicePlan  # which GPUs the trials and the grader use (`sandbox.devices.plan_devices`)
     base_model: Path  # the base model's folder, resolved (built or fetched) before the run starts
     benchmark: Benchmark  # its public part: description, valid split, scoring
+    limits: TrialLimits  # every trial's, from the config (each trial's own: `RunResources.trial_limits`)
 
 
 def build_context(started: StartedRun, reporter: Reporter) -> RunContext:
@@ -75,4 +77,5 @@ def build_context(started: StartedRun, reporter: Reporter) -> RunContext:
         devices=started.devices,
         base_model=base_model,
         benchmark=benchmark,
+        limits=TrialLimits.of_run(config),
     )

@@ -4,12 +4,9 @@ it cleanly on Ctrl-C or SIGTERM, leaving it resumable. The nodes themselves are 
 from __future__ import annotations
 
 import contextlib
-import sqlite3
-from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.types import Command
 
 from agent.loop import approvals
@@ -27,15 +24,10 @@ from agent.run import (
     error_line,
     interrupted_before_start,
     interrupts_as_exceptions,
+    open_checkpoints,
     print_summary,
     start_run,
 )
-
-
-def open_checkpointer(path: Path) -> SqliteSaver:
-    """The graph's checkpoints in the run's SQLite file: what a resumed run continues from."""
-    conn = sqlite3.connect(str(path), check_same_thread=False)
-    return SqliteSaver(conn)
 
 
 def execute(
@@ -61,7 +53,7 @@ def execute(
                 started.came_back
             ):  # trials, a grader an earlier, killed process left: ended and named in the log
                 end_leftovers(research.sandbox, paths, reporter)
-            graph = build_graph(research).compile(checkpointer=open_checkpointer(paths.checkpoints_db))
+            graph = build_graph(research).compile(checkpointer=open_checkpoints(paths.checkpoints_db))
             values = _drive(graph, research, resume=bool(resume_run_id))
     except (RunInterrupted, KeyboardInterrupt) as exc:
         return _stop(research, graph, config, paths, reporter, str(exc) or "SIGINT")
@@ -78,8 +70,8 @@ def execute(
         reporter.close()
         raise
     research.close()
-    summary = dict(values.get("final", {}))
-    print_summary(reporter, dict(values), summary)
+    summary = dict(values.final)
+    print_summary(reporter, values.model_dump(mode="json"), summary)
     reporter.close()
     return summary
 
@@ -110,8 +102,8 @@ def _thread(paths: RunPaths) -> RunnableConfig:
 def _last_state(graph: Any, paths: RunPaths) -> LoopState:
     """The last checkpointed state (empty before the graph was built)."""
     if graph is None:
-        return cast(LoopState, {})
-    return cast(LoopState, graph.get_state(_thread(paths)).values)
+        return LoopState()
+    return LoopState.model_validate(graph.get_state(_thread(paths)).values)
 
 
 def _drive(graph: Any, research: Research, *, resume: bool) -> LoopState:
@@ -121,14 +113,13 @@ def _drive(graph: Any, research: Research, *, resume: bool) -> LoopState:
     existing = graph.get_state(thread)
     payload: Any = {"run_id": paths.run_id}
     if resume and existing.values:
-        reporter.info(f"resuming after {len(existing.values.get('trials', []))} finished trials")
-        payload = _recover_current(existing.values, research)
+        payload = _recover_current(LoopState.model_validate(existing.values), research)
     while True:
         graph.invoke(payload, thread)
         snapshot = graph.get_state(thread)
         pending = [i for task in snapshot.tasks for i in task.interrupts]
         if not pending:
-            return cast(LoopState, snapshot.values)
+            return LoopState.model_validate(snapshot.values)
         trial = pending[0].value["trial"]
         reporter.info(
             f"    waiting for approval of {trial['trial_id']}: `rlloop approve {paths.run_id}` "
@@ -138,14 +129,15 @@ def _drive(graph: Any, research: Research, *, resume: bool) -> LoopState:
         payload = Command(resume=decision.model_dump(mode="json"))
 
 
-def _recover_current(values: dict[str, Any], research: Research) -> Any:
+def _recover_current(state: LoopState, research: Research) -> Any:
     """A trial in flight when the run died is restarted from a clean folder (its half checkpoint is removed)."""
-    current = values.get("current")
-    if current and current.get("status") in ("pending", "running"):
-        queued = [t["trial_id"] for t in values.get("queue") or []]
-        if queued:  # a concurrent step (agent.loop.concurrency): a finished trial is read back, not retrained
-            names = ", ".join([current["trial_id"], *queued])
+    research.reporter.info(f"resuming after {len(state.trials)} finished trials")
+    current = state.current
+    if current is not None and current.status in ("pending", "running"):
+        # a concurrent step (agent.loop.concurrency): a finished trial is read back, not retrained
+        if state.queue:
+            names = ", ".join([current.trial_id, *(t.trial_id for t in state.queue)])
             research.reporter.warn(f"{names} were interrupted mid-step; the unfinished ones will restart")
         else:
-            research.reporter.warn(f"{current['trial_id']} was interrupted mid-trial; it will be restarted")
+            research.reporter.warn(f"{current.trial_id} was interrupted mid-trial; it will be restarted")
     return None

@@ -20,6 +20,9 @@ from agent.run import (
     write_ending,
 )
 
+# what a run's headline reads of the loop's state (agent.run.run_headline)
+HEADLINE_FIELDS = {"baseline_score", "best_score", "best_trial_id", "submissions"}
+
 
 def trial_compute(trials: list[TrialRecord]) -> tuple[float, float]:
     """(wall seconds, training seconds) over a run's trials: what the run spent, and how much of it trained."""
@@ -33,9 +36,9 @@ def finalize(
     final = read_final(run.reporter, lambda: run.final_results(status))
     figures = final_figures(
         final,
-        baseline=state.get("baseline_score"),
-        best=state.get("best_score"),
-        submissions=state.get("submissions", 0),
+        baseline=state.baseline_score,
+        best=state.best_score,
+        submissions=state.submissions,
     )
     row = result_row(
         run.config,
@@ -45,23 +48,23 @@ def finalize(
         duration_s=round(run.used_s(state), 1),
         isolation=run.isolation,
         error=reason,
-        compute=trial_compute(run.trials(state)),
+        compute=trial_compute(state.trials),
     )
     summary, plot = write_ending(
         run.paths,
         row,
         status=status,
         reason=reason,
-        scores=[float(s) for s in state.get("scores", [])],
-        public_baseline=state.get("baseline_score"),
+        scores=state.scores,
+        public_baseline=state.baseline_score,
         extra={
             "grader": final,
             "best_checkpoint": verified_best(run, state, final),
-            **submission_summary(state.get("trials", []), run.config.submit),
+            **submission_summary(state.trials, run.config.submit),
         },
-        live=state,
+        live=state.model_dump(include=HEADLINE_FIELDS),
     )
-    parent = state.get("mlflow_parent")
+    parent = state.mlflow_parent
     if parent:
         close_tracking(run.tracker, parent, row, run.paths, plot, status=status, reason=reason)
     return summary
@@ -69,7 +72,7 @@ def finalize(
 
 def verified_best(run: RunResources, state: LoopState, final: dict[str, Any]) -> dict[str, Any] | None:
     """The best trial's checkpoint, checked against what the grader scored before it is reported."""
-    found = best_checkpoint(run.paths, state.get("trials", []), state.get("best_trial_id"), final)
+    found = best_checkpoint(run.paths, state.trials, state.best_trial_id, final)
     if found is not None and not found["verified"]:
         run.reporter.error(
             f"the best checkpoint ({found['trial_id']}, {found['path']}) is not reported as the run's model: "

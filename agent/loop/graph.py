@@ -5,41 +5,49 @@
 validate scores the checkpoint on the public valid split; the submission policy (`agent.loop.submission`) decides there
 whether it goes to the grader or straight to record.
 
-State holds only plain JSON-able data; live resources (grader process, sandbox, MLflow client) belong to the
-`LoopNodes` object that implements the nodes, so they are rebuilt, not deserialised, when a run resumes.
+State holds the run's records as typed objects (`LoopState`: each trial a `TrialRecord`, the baselines
+`BaselineScore`s); the SQLite checkpointer stores them and revives them as objects (`agent.run.open_checkpoints`,
+whose allowlist names their classes). Nodes read the state's attributes and return the fields they change, as
+objects; they never change an object of the state in place (the checkpointer may still be writing it: they copy a
+record first). Live resources (grader process, sandbox, MLflow client) belong to the `LoopNodes` object that
+implements the nodes, so they are rebuilt, not deserialised, when a run resumes.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal, Protocol, TypedDict
+from typing import Any, Literal, Protocol
 
 from langgraph.graph import END, START, StateGraph
+from pydantic import BaseModel, Field
+
+from agent.core import BaselineScore, TrialRecord
 
 
-class LoopState(TypedDict, total=False):
-    run_id: str
-    baseline_score: float | None
-    baseline: dict[str, Any]
-    best_score: float | None
-    best_trial_id: str | None
-    trials: list[dict[str, Any]]  # TrialRecord dumps, in order
-    current: dict[str, Any] | None  # the trial in flight
-    submissions: int
-    scores: list[float]  # public score of each counted submission, in order
-    used_s: float  # wall seconds of budget spent, summed across resumes
-    mlflow_parent: str | None
-    feedback: str | None  # a reviewer's rejection reason, for the next proposal
-    stop_reason: str | None
-    status: str  # running | finished | failed | interrupted | terminated
-    final: dict[str, Any]
-    timings: dict[str, float]
-    halt: str | None  # why the loop must stop early (e.g. the proposer's endpoint is gone)
-    baseline_valid: dict[str, Any] | None  # the base model's valid score, n and CI (agent.loop.validation)
-    submit_now: bool  # the submission policy's decision for the trial in flight (set by validate)
-    search_done: str | None  # the proposer found nothing left worth trying: why the run ends early, finished
-    queue: list[
-        dict[str, Any]
-    ]  # the rest of a concurrent step's trials, in id order (agent.loop.concurrency)
+class LoopState(BaseModel):
+    """The loop's state, checkpointed after every node; a field a node never wrote holds its default."""
+
+    run_id: str = ""
+    baseline_score: float | None = None
+    baseline: BaselineScore | None = None  # the grader's baseline on the (public half of the) hidden test set
+    best_score: float | None = None
+    best_trial_id: str | None = None
+    trials: list[TrialRecord] = Field(default_factory=list)  # in order
+    current: TrialRecord | None = None  # the trial in flight
+    submissions: int = 0
+    scores: list[float] = Field(default_factory=list)  # public score of each counted submission, in order
+    used_s: float = 0.0  # wall seconds of budget spent, summed across resumes
+    mlflow_parent: str | None = None
+    feedback: str | None = None  # a reviewer's rejection reason, for the next proposal
+    stop_reason: str | None = None
+    status: str | None = None  # running | finished | failed | interrupted | terminated (None: not started)
+    final: dict[str, Any] = Field(default_factory=dict)  # the run's summary.json, once it ended
+    timings: dict[str, float] = Field(default_factory=dict)
+    halt: str | None = None  # why the loop must stop early (e.g. the proposer's endpoint is gone)
+    baseline_valid: BaselineScore | None = None  # the base model on the valid split (agent.loop.validation)
+    submit_now: bool = False  # the submission policy's decision for the trial in flight (set by validate)
+    search_done: str | None = None  # the proposer found nothing left worth trying: why the run ends, finished
+    # the rest of a concurrent step's trials, in id order (agent.loop.concurrency)
+    queue: list[TrialRecord] = Field(default_factory=list)
 
 
 class LoopNodes(Protocol):
@@ -64,25 +72,21 @@ def build_graph(nodes: LoopNodes) -> StateGraph:
         return "finish" if nodes.stop_reason(state) else "propose"
 
     def after_propose(state: LoopState) -> Literal["approve", "run_trial", "record", "finish"]:
-        if state.get("halt") or state.get("search_done"):
+        if state.halt or state.search_done:
             return "finish"
-        current = state.get("current") or {}
-        if current.get("status") == "failed":  # the proposer itself failed: record it and move on
+        if _status(state) == "failed":  # the proposer itself failed: record it and move on
             return "record"
         return "approve" if nodes.needs_approval(state) else "run_trial"
 
     def after_approve(state: LoopState) -> Literal["run_trial", "record"]:
-        current = state.get("current") or {}
         # a rejected proposal is recorded (then the loop goes on or finishes); an approved one runs
-        return "record" if current.get("status") == "rejected" else "run_trial"
+        return "record" if _status(state) == "rejected" else "run_trial"
 
     def after_trial(state: LoopState) -> Literal["validate", "record"]:
-        current = state.get("current") or {}
-        return "validate" if current.get("status") == "succeeded" else "record"
+        return "validate" if _status(state) == "succeeded" else "record"
 
     def after_validate(state: LoopState) -> Literal["submit", "record"]:
-        current = state.get("current") or {}
-        return "submit" if current.get("status") == "succeeded" and state.get("submit_now") else "record"
+        return "submit" if _status(state) == "succeeded" and state.submit_now else "record"
 
     graph.add_edge(START, "prepare")
     graph.add_conditional_edges("prepare", after_prepare_or_record)
@@ -94,3 +98,7 @@ def build_graph(nodes: LoopNodes) -> StateGraph:
     graph.add_conditional_edges("record", after_prepare_or_record)
     graph.add_edge("finish", END)
     return graph
+
+
+def _status(state: LoopState) -> str | None:
+    return state.current.status if state.current is not None else None

@@ -15,12 +15,13 @@ from typing import Any
 
 from langgraph.types import interrupt
 
-from agent.core import Proposal, ProposalContext, TrialRecord
+from agent.core import BaselineScore, Proposal, ProposalContext, TrialRecord
 from agent.llm import LLMBudgetExhaustedError, LLMUnavailableError
 from agent.loop import approvals, concurrency, prewarm
 from agent.loop.codecheck import check_and_repair
 from agent.loop.ending import finalize
 from agent.loop.graph import LoopState
+from agent.loop.limits import TrialLimits
 from agent.loop.submission import Screened
 from agent.loop.trials import TrialSetupError, allowed_recipes, outcome
 from agent.proposers import SearchDone
@@ -46,36 +47,38 @@ class Research(Screened):
         return self.config.public_fraction > 0
 
     def stop_reason(self, state: LoopState) -> str | None:
-        if state.get("status") == "terminated":
+        if state.status == "terminated":
             return "terminated by a reviewer"
-        if state.get("halt"):
-            return str(state["halt"])
-        if state.get("search_done"):
-            return str(state["search_done"])
-        if state.get("queue"):  # trained in the same concurrent step (agent.loop.concurrency): recorded first
+        if state.halt:
+            return state.halt
+        if state.search_done:
+            return state.search_done
+        if state.queue:  # trained in the same concurrent step (agent.loop.concurrency): recorded first
             return None
         exhausted = self.budget.exhausted()
         if exhausted:
             return f"budget spent: {exhausted}"
-        if len(state.get("trials", [])) >= self.config.loop_n:
+        if len(state.trials) >= self.config.loop_n:
             return f"ran all {self.config.loop_n} trials"
         if self.used_s(state) >= self.config.timeout - FINISH_RESERVE_S:
             return f"time budget of {self.config.timeout:.0f}s spent"
-        if state.get("submissions", 0) >= self.submission_cap:
+        if state.submissions >= self.submission_cap:
             return f"submission cap of {self.submission_cap} reached"
         return None
 
     def needs_approval(self, state: LoopState) -> bool:
-        proposal = Proposal.model_validate((state.get("current") or {})["proposal"])
-        return approvals.policy_requires(self.config.approval, proposal, self.config.approval_budget_s)
+        assert state.current is not None
+        return approvals.policy_requires(
+            self.config.approval, state.current.proposal, self.config.approval_budget_s
+        )
 
     # ---- nodes -------------------------------------------------------------------------------------------------
     def prepare(self, state: LoopState) -> dict[str, Any]:
         self.launch_warm(
             1
         )  # the first trial's imports overlap the grader's start and the baseline's validation
-        baseline = self.grader.get("/scores").get("baseline") or {}
-        score = baseline["score"]
+        baseline = BaselineScore.model_validate(self.grader.get("/scores").get("baseline"))
+        score = baseline.score
         parent = self.tracker.start_parent(
             self.paths.run_id,
             self.config.benchmark,
@@ -88,14 +91,15 @@ class Research(Screened):
             },
         )
         self.tracker.log_metrics(parent, {"baseline_score": float(score)}, step=0)
-        ci = baseline.get("ci_low"), baseline.get("ci_high")
-        ci_text = f", 95% CI {ci[0]:.3f}-{ci[1]:.3f}" if None not in ci else ""
+        ci = baseline.ci
+        ci_text = f", 95% CI {ci[0]:.3f}-{ci[1]:.3f}" if ci is not None else ""
+        n = "?" if baseline.n is None else baseline.n
         self.reporter.info(
             f"[bold]baseline[/bold] {score:.3f} on the {'public half of the ' if self.split else ''}hidden test "
-            f"set (n={baseline.get('n', '?')}{ci_text})"
+            f"set (n={n}{ci_text})"
         )
         return {
-            "baseline_score": float(score),
+            "baseline_score": score,
             "baseline": baseline,
             "baseline_valid": self.baseline_validation(),
             "best_score": None,
@@ -111,10 +115,10 @@ class Research(Screened):
         }
 
     def propose(self, state: LoopState) -> dict[str, Any]:
-        queued = state.get("queue") or []
-        if queued:  # the next trial of a concurrent step: already trained, validated and recorded in id order
-            return {"current": queued[0], "queue": queued[1:], "feedback": None}
-        trials = self.trials(state)
+        # the next trial of a concurrent step: already trained, validated and recorded in id order
+        if state.queue:
+            return {"current": state.queue[0], "queue": state.queue[1:], "feedback": None}
+        trials = state.trials
         index = len(trials) + 1
         trial_id = f"t{index:02d}"
         context = ProposalContext(
@@ -122,20 +126,20 @@ class Research(Screened):
             benchmark=self.config.benchmark,
             benchmark_description=self.benchmark.description,
             base_model=self.config.base_model,
-            baseline_score=state.get("baseline_score"),
-            baseline_valid_score=(state.get("baseline_valid") or {}).get("score"),
-            baseline_valid_ci=_ci(state.get("baseline_valid")),
-            best_score=state.get("best_score"),
-            best_trial_id=state.get("best_trial_id"),
+            baseline_score=state.baseline_score,
+            baseline_valid_score=state.baseline_valid.score if state.baseline_valid else None,
+            baseline_valid_ci=state.baseline_valid.ci if state.baseline_valid else None,
+            best_score=state.best_score,
+            best_trial_id=state.best_trial_id,
             trials=trials,
             trials_left=self.config.loop_n - len(trials),
             seconds_left=max(0.0, self.config.timeout - FINISH_RESERVE_S - self.used_s(state)),
-            submissions_left=self.submission_cap - state.get("submissions", 0),
+            submissions_left=self.submission_cap - state.submissions,
             recipes=allowed_recipes(self.config.recipes),
             seed=self.config.seed,
             trial_seconds=self.config.trial_seconds,
             compute_left_s=self.compute_left_s(),
-            feedback=state.get("feedback"),
+            feedback=state.feedback,
             workspace=str(self.paths.workspace),
             base_model_path=str(self.base_model),
         )
@@ -161,7 +165,7 @@ class Research(Screened):
                 status="failed",
                 error=f"proposer failed: {exc}"[:500],
             )
-            return {"current": failed.model_dump(mode="json"), "feedback": None}
+            return {"current": failed, "feedback": None}
         hp = ", ".join(
             f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in proposal.hyperparameters.items()
         )
@@ -169,20 +173,16 @@ class Research(Screened):
         self.reporter.info(f"[bold cyan]{trial_id}[/bold cyan] {proposal.recipe} from {start}: {hp}")
         self.reporter.info(f"    [dim]{proposal.hypothesis}[/dim]")
         record = TrialRecord(trial_id=trial_id, index=index, proposal=proposal, status="pending")
-        k = concurrency.width(self.config, len(trials), self.submission_cap - state.get("submissions", 0))
+        k = concurrency.width(self.config, len(trials), self.submission_cap - state.submissions)
         if k > 1:  # --trial-concurrency: up to k - 1 more trials train with this one (agent.loop.concurrency)
             more = concurrency.more_proposals(
                 self, context, record, k, reserved_s=proposal.estimated_cost_s or 0.0
             )
-            return {
-                "current": record.model_dump(mode="json"),
-                "queue": [r.model_dump(mode="json") for r in more],
-                "feedback": None,
-            }
-        return {"current": record.model_dump(mode="json"), "feedback": None}
+            return {"current": record, "queue": more, "feedback": None}
+        return {"current": record, "feedback": None}
 
     def approve(self, state: LoopState) -> dict[str, Any]:
-        record = TrialRecord.model_validate(state["current"])
+        record = _in_flight(state)
         approvals.publish_pending(self.paths.run_dir, record)
         decision = approvals.Decision.model_validate(
             interrupt({"run_id": self.paths.run_id, "trial": record.model_dump(mode="json")})
@@ -201,29 +201,25 @@ class Research(Screened):
             record.proposal = decision.apply(record.proposal)
         record.approval = decision.model_dump(mode="json")
         self.reporter.info(f"    {record.trial_id} {decision.action}d by {decision.by}")
-        update["current"] = record.model_dump(mode="json")
+        update["current"] = record
         return update
 
     def run_trial(self, state: LoopState) -> dict[str, Any]:
-        record = TrialRecord.model_validate(state["current"])
+        record = _in_flight(state)
         if record.status != "pending":  # trained with the step's other trials (agent.loop.concurrency)
             return {}
-        queued = concurrency.queued_records(state)
-        if queued:  # --trial-concurrency: this trial and the queued ones train at once
+        if state.queue:  # --trial-concurrency: this trial and the queued ones train at once
             records = concurrency.train_batch(
                 self.context,
-                [record, *queued],
+                [record, *(r.model_copy() for r in state.queue)],
                 lambda r, k, slot: self._train(r, state, k=k, slot=slot),
             )
-            return {
-                "current": records[0].model_dump(mode="json"),
-                "queue": [r.model_dump(mode="json") for r in records[1:]],
-            }
-        return {"current": self._train(record, state).model_dump(mode="json")}
+            return {"current": records[0], "queue": records[1:]}
+        return {"current": self._train(record, state)}
 
     def _train(self, record: TrialRecord, state: LoopState, *, k: int = 1, slot: int = 0) -> TrialRecord:
         """Train one trial in the sandbox; `k` > 1: as the `slot`-th of k at once (no live status line of its own)."""
-        trials = self.trials(state)
+        trials = state.trials
         started = time.time()
         if record.proposal.train_py:
             problem = check_and_repair(self, record, trials)
@@ -233,13 +229,13 @@ class Research(Screened):
                 self.reporter.error(f"{record.trial_id}: {problem}")
                 return record
         seconds_left = max(30.0, self.config.timeout - FINISH_RESERVE_S - self.used_s(state))
-        timeout_s = min(self.config.trial_timeout, seconds_left + 60.0)
-        result = self._train_warm(record, trials, started, timeout_s) if k == 1 else None
+        limits = self.trial_limits(min(self.context.limits.timeout_s, seconds_left + 60.0))
+        result = self._train_warm(record, trials, started, limits) if k == 1 else None
         if result is None:
             try:
-                request = self.trial_request(record.proposal, record.trial_id, trials, timeout_s)
+                request = self.trial_request(record.proposal, record.trial_id, trials, limits)
                 request = concurrency.split_request(
-                    request, self.config, k, slot, self.devices, self.sandbox.schedules_resources
+                    request, k, slot, self.devices, self.sandbox.schedules_resources
                 )
                 # the trial's clock starts here, with the host's work for it: its max_seconds count from now
                 env = {**request.env, TRIAL_STARTED_ENV: f"{started:.3f}"}
@@ -283,7 +279,7 @@ class Research(Screened):
         return record
 
     def _train_warm(
-        self, record: TrialRecord, trials: list[TrialRecord], started: float, timeout_s: float
+        self, record: TrialRecord, trials: list[TrialRecord], started: float, limits: TrialLimits
     ) -> SandboxResult | None:
         """Train `record` in the warm sandbox started for it (agent.loop.prewarm), if there is one that can take it;
         None: train it in a fresh sandbox."""
@@ -291,7 +287,7 @@ class Research(Screened):
         if warm is None:
             return None
         try:
-            prepared = self.prepare_warm(warm, record.proposal, trials)
+            prepared = self.prepare_warm(warm, record.proposal, trials, limits)
         except (
             TrialSetupError
         ):  # the fresh path says what is wrong (or trains it, for a start it cannot link)
@@ -302,7 +298,7 @@ class Research(Screened):
         self._warm_next(record)
         with self.reporter.watching(f"{record.trial_id} training", warm.request.log_path):
             self._failpoint_mid_training(record)
-            return prewarm.wait(warm, started, sandbox=self.sandbox, timeout_s=timeout_s)
+            return prewarm.wait(warm, started, sandbox=self.sandbox, timeout_s=limits.timeout_s)
 
     def _warm_next(self, record: TrialRecord) -> None:
         """While `record` trains, the next trial's sandbox starts and imports (on the core its one thread leaves)."""
@@ -316,16 +312,16 @@ class Research(Screened):
 
     def validate(self, state: LoopState) -> dict[str, Any]:
         update = super().validate(state)
-        if update.get("submit_now") and state.get("submissions", 0) >= self.submission_cap:
+        if update.get("submit_now") and state.submissions >= self.submission_cap:
             # a queued trial of a concurrent step, trained before the cap was reached: kept, not graded
-            record = TrialRecord.model_validate(update["current"])
-            record.submission_note = f"not submitted: the submission cap of {self.submission_cap} is reached"
-            self.reporter.info(f"    {record.submission_note}")
-            update = {**update, "current": record.model_dump(mode="json"), "submit_now": False}
+            note = f"not submitted: the submission cap of {self.submission_cap} is reached"
+            record = update["current"].model_copy(update={"submission_note": note})
+            self.reporter.info(f"    {note}")
+            update = {**update, "current": record, "submit_now": False}
         return update
 
     def submit(self, state: LoopState) -> dict[str, Any]:
-        record = TrialRecord.model_validate(state["current"])
+        record = _in_flight(state)
         assert record.checkpoint is not None
         grader = self.grader
         started = time.monotonic()
@@ -337,7 +333,7 @@ class Research(Screened):
             self.reporter.info(
                 f"    {record.trial_id} was graded before the interruption: reusing that result"
             )
-            return {"current": record.model_dump(mode="json"), "submissions": recovered["total_submissions"]}
+            return {"current": record, "submissions": recovered["total_submissions"]}
         try:
             with self.reporter.watching(f"{record.trial_id} grading"):
                 answer = grader.submit(checkpoint)
@@ -345,7 +341,7 @@ class Research(Screened):
         except GraderError as exc:
             record.status, record.error = "failed", str(exc)
             self.reporter.error(f"{record.trial_id}: {exc}")
-            return {"current": record.model_dump(mode="json")}
+            return {"current": record}
         sealed, scored = record.checkpoint_sha256, answer.files_sha256
         if sealed and scored and sealed != scored:  # cannot happen while trials write only their own folder
             self.reporter.error(
@@ -355,24 +351,23 @@ class Research(Screened):
         record.score = answer.score
         record.submission_id = answer.submission_id
         record.grading = {**answer.model_dump(mode="json"), "wall_s": round(time.monotonic() - started, 3)}
-        return {"current": record.model_dump(mode="json"), "submissions": answer.total_submissions}
+        return {"current": record, "submissions": answer.total_submissions}
 
     def record(self, state: LoopState) -> dict[str, Any]:
-        record = TrialRecord.model_validate(state["current"])
+        record = _in_flight(state)
         failpoint("record", record.index)
-        trials = [*state.get("trials", []), record.model_dump(mode="json")]
-        update: dict[str, Any] = {"trials": trials, "current": None}
-        best, best_id = state.get("best_score"), state.get("best_trial_id")
-        baseline = state.get("baseline_score")
-        parent = state.get("mlflow_parent")
+        update: dict[str, Any] = {"trials": [*state.trials, record], "current": None}
+        best = state.best_score
+        baseline = state.baseline_score
+        parent = state.mlflow_parent
         grading = record.grading
         if record.score is not None and not grading.get("duplicate_of"):
-            scores = [*state.get("scores", []), record.score]
+            scores = [*state.scores, record.score]
             update["scores"] = scores
             if not grading.get("flagged") and (best is None or record.score > best):
-                best, best_id = record.score, record.trial_id
-                update.update(best_score=best, best_trial_id=best_id)
-            step = int(state.get("submissions", len(scores)))
+                best = record.score
+                update.update(best_score=best, best_trial_id=record.trial_id)
+            step = state.submissions
             # the score rule on the public scores seen so far (a flagged submission is never best)
             live = run_figures(baseline or 0.0, best)
             if parent and not self.tracker.has_metric_at(parent, "score", step):
@@ -426,21 +421,16 @@ class Research(Screened):
     def finish(self, state: LoopState) -> dict[str, Any]:
         self.cancel_warm()  # no trial follows
         reason = self.stop_reason(state) or "done"
-        status = (
-            "terminated"
-            if state.get("status") == "terminated"
-            else "failed"
-            if state.get("halt")
-            else "finished"
-        )
+        status = "terminated" if state.status == "terminated" else "failed" if state.halt else "finished"
         graded, update = self.submit_at_end(state, self.submit) if status != "failed" else (state, {})
         final = finalize(self, graded, success=status != "failed", status=status, reason=reason)
         if self.config.memory:  # lessons for later runs on this benchmark and model (agent.proposers.memory)
             from agent.proposers import remember_run
 
-            c, trials = self.config, self.trials(graded)
-            baseline = graded.get("baseline_score")
-            remember_run(c.home, c.benchmark, c.base_model, self.paths.run_id, trials, baseline)
+            c = self.config
+            remember_run(
+                c.home, c.benchmark, c.base_model, self.paths.run_id, graded.trials, graded.baseline_score
+            )
         return {
             **update,
             "status": status,
@@ -450,8 +440,10 @@ class Research(Screened):
         }
 
 
-def _ci(summary: dict[str, Any] | None) -> tuple[float, float] | None:
-    return (summary["ci_low"], summary["ci_high"]) if summary else None
+def _in_flight(state: LoopState) -> TrialRecord:
+    """A copy of the trial in flight, for a node to change: the state's own object is also the checkpoint's."""
+    assert state.current is not None
+    return state.current.model_copy()
 
 
 def node_tags(node: Any) -> dict[str, str] | None:

@@ -22,9 +22,10 @@ from __future__ import annotations
 import shutil
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from agent.loop.limits import TrialLimits
 from agent.loop.trials import PreparedTrial, fresh_output, plugin_mounts, python_for, sandbox_request
 from agent.run import RunPaths, atomic_write_json
 from sandbox import untrusted
@@ -67,12 +68,11 @@ def launch(
     trial_id: str,
     paths: RunPaths,
     base_model: Path,
-    timeout_s: float,
-    memory_mb: int,
-    cpus: float | None,
+    limits: TrialLimits,
     recipes: list[str],
 ) -> WarmTrial:
-    """Start `trial_id`'s sandbox now, importing the trainer library; it trains once `go` is called."""
+    """Start `trial_id`'s sandbox now, importing the trainer library; it trains once `go` is called (`limits`: the
+    run's, which the trial's own, known at `go`, may narrow: `wait` holds it to them)."""
     trial_dir = fresh_output(paths, trial_id)
     (trial_dir / GO_FILE).unlink(missing_ok=True)
     start = paths.run_dir / STARTS_DIR / trial_id
@@ -91,9 +91,7 @@ def launch(
         PreparedTrial(command, host, seen),
         trial_id=trial_id,
         paths=paths,
-        timeout_s=timeout_s + WAIT_MAX_S,
-        memory_mb=memory_mb,
-        cpus=cpus,
+        limits=replace(limits, timeout_s=limits.timeout_s + WAIT_MAX_S),
     )
     request = request.model_copy(update={"env": {**request.env, RECIPES_ENV: ",".join(recipes)}})
     warm = WarmTrial(trial_id=trial_id, start=start, trial_dir=trial_dir, request=request)

@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from agent.core import Proposal, TrialRecord
-from agent.llm import Budget
 from agent.loop import prewarm
 from agent.loop.context import RunContext
 from agent.loop.graph import LoopState
+from agent.loop.limits import TrialLimits
 from agent.loop.prewarm import WarmTrial
 from agent.loop.trials import (
     PreparedTrial,
@@ -24,14 +25,11 @@ from agent.loop.trials import (
     allowed_recipes,
     prepare_trial,
     python_for,
-    trial_request,
+    sandbox_request,
 )
-from agent.proposers import Proposer
-from agent.run import GraderProcess, Reporter, RunConfig, RunPaths, Tracker
-from grader.benchmarks import Benchmark
+from agent.run import GraderProcess, Tracker
 from sandbox import untrusted
-from sandbox.base import Sandbox, SandboxRequest, maps_paths
-from sandbox.devices import DevicePlan
+from sandbox.base import SandboxRequest, maps_paths
 from sandbox.registry import isolation_of
 
 
@@ -40,6 +38,10 @@ class RunResources:
 
     def __init__(self, context: RunContext) -> None:
         self.context = context  # built completely by the driver; nothing is set on this object from outside
+        # the context's parts under their own names, for the nodes (the context is frozen: these are never rebound)
+        self.config, self.paths, self.reporter = context.config, context.paths, context.reporter
+        self.proposer, self.sandbox, self.budget = context.proposer, context.sandbox, context.budget
+        self.devices, self.base_model, self.benchmark = context.devices, context.base_model, context.benchmark
         if context.devices.gpus or context.config.trial_gpus:
             context.reporter.info(context.devices.describe())
         self.tracker = Tracker(context.config.tracking_uri, context.config.home / "mlartifacts")
@@ -51,43 +53,6 @@ class RunResources:
         self.validation_estimate_s = 0.0
         self.exit_estimate_s = 0.0
         self.warm: WarmTrial | None = None  # the next trial's sandbox, started early (agent.loop.prewarm)
-
-    # ---- the run's context, read-only ---------------------------------------------------------------------------
-    @property
-    def config(self) -> RunConfig:
-        return self.context.config
-
-    @property
-    def paths(self) -> RunPaths:
-        return self.context.paths
-
-    @property
-    def reporter(self) -> Reporter:
-        return self.context.reporter
-
-    @property
-    def proposer(self) -> Proposer:
-        return self.context.proposer
-
-    @property
-    def sandbox(self) -> Sandbox:
-        return self.context.sandbox
-
-    @property
-    def budget(self) -> Budget:
-        return self.context.budget
-
-    @property
-    def devices(self) -> DevicePlan:
-        return self.context.devices
-
-    @property
-    def base_model(self) -> Path:
-        return self.context.base_model
-
-    @property
-    def benchmark(self) -> Benchmark:
-        return self.context.benchmark
 
     @property
     def scripts(self) -> SandboxScripts:
@@ -168,34 +133,41 @@ class RunResources:
             return None
         return {"prompt_format": "chat", "system_prompt": self.config.system_prompt}
 
-    def trials(self, state: LoopState) -> list[TrialRecord]:
-        return [TrialRecord.model_validate(t) for t in state.get("trials", [])]
-
-    def trial_request(
-        self, proposal: Proposal, trial_id: str, trials: list[TrialRecord], timeout_s: float
-    ) -> SandboxRequest:
-        """The sandbox request that trains `proposal` in trials/<trial_id> (TrialSetupError if it cannot be set up)."""
-        return trial_request(
-            self.sandbox,
-            proposal,
-            trial_id=trial_id,
-            paths=self.paths,
-            base_model=self.base_model,
-            trials=trials,
-            benchmark=self.config.benchmark,
+    def trial_limits(self, timeout_s: float) -> TrialLimits:
+        """The next trial's limits: the run's, with `timeout_s`, the GPUs free now, and kept back of a time-boxed
+        trial's max_seconds what validating a checkpoint and a trainer's exit took last."""
+        return replace(
+            self.context.limits,
             timeout_s=timeout_s,
-            memory_mb=self.config.trial_memory_mb,
-            cpus=self.config.trial_cpus,
-            gpus=self.devices.for_trial(),
-            prompting=self.prompting,
-            reserved_seconds=self.validation_estimate_s + self.exit_estimate_s,
+            gpus=tuple(self.devices.for_trial()),
+            reserved_s=self.validation_estimate_s + self.exit_estimate_s,
         )
 
-    def prepare_warm(self, warm: WarmTrial, proposal: Proposal, trials: list[TrialRecord]) -> PreparedTrial:
+    def trial_request(
+        self, proposal: Proposal, trial_id: str, trials: list[TrialRecord], limits: TrialLimits
+    ) -> SandboxRequest:
+        """The sandbox request that trains `proposal` in trials/<trial_id> (TrialSetupError if it cannot be set up)."""
+        prepared = self._prepare(proposal, trial_id, trials, limits.reserved_s)
+        return sandbox_request(prepared, trial_id=trial_id, paths=self.paths, limits=limits)
+
+    def prepare_warm(
+        self, warm: WarmTrial, proposal: Proposal, trials: list[TrialRecord], limits: TrialLimits
+    ) -> PreparedTrial:
         """The trial's record and command for the warm sandbox that waits for it (TrialSetupError, WarmStartError)."""
+        return self._prepare(proposal, warm.trial_id, trials, limits.reserved_s, warm_start=warm.start)
+
+    def _prepare(
+        self,
+        proposal: Proposal,
+        trial_id: str,
+        trials: list[TrialRecord],
+        reserved_s: float,
+        warm_start: Path | None = None,
+    ) -> PreparedTrial:
+        """`agent.loop.trials.prepare_trial` in this run: its folders, base model, benchmark, sandbox, prompts."""
         return prepare_trial(
             proposal,
-            trial_id=warm.trial_id,
+            trial_id=trial_id,
             paths=self.paths,
             base_model=self.base_model,
             trials=trials,
@@ -203,8 +175,8 @@ class RunResources:
             python=python_for(self.sandbox),
             maps=maps_paths(self.sandbox),
             prompting=self.prompting,
-            reserved_seconds=self.validation_estimate_s + self.exit_estimate_s,
-            warm_start=warm.start,
+            reserved_seconds=reserved_s,
+            warm_start=warm_start,
         )
 
     def launch_warm(self, index: int) -> None:
@@ -224,9 +196,7 @@ class RunResources:
                 trial_id=f"t{index:02d}",
                 paths=self.paths,
                 base_model=self.base_model,
-                timeout_s=config.trial_timeout,
-                memory_mb=config.trial_memory_mb,
-                cpus=config.trial_cpus,
+                limits=self.context.limits,
                 recipes=allowed_recipes(config.recipes),
             )
         except (OSError, untrusted.UntrustedPathError) as exc:  # the trial starts afresh when its turn comes
@@ -253,7 +223,7 @@ class RunResources:
         return None if limit is None else max(0.0, limit - self.budget.spent().compute_s)
 
     def used_s(self, state: LoopState) -> float:
-        return float(state.get("used_s", 0.0)) + (time.monotonic() - self._mark)
+        return state.used_s + (time.monotonic() - self._mark)
 
     def _spend(self, state: LoopState) -> float:
         used = self.used_s(state)

@@ -17,9 +17,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import Any, Literal
 
-from agent.core import TrialRecord, Validation
+from agent.core import BaselineScore, TrialRecord, Validation
 from agent.loop.graph import LoopState
 from agent.loop.resources import RunResources
 from agent.loop.validation import (
@@ -146,18 +146,18 @@ class Screened(RunResources):
             self.reporter.warn(f"{name}: validation failed ({type(exc).__name__}: {str(exc)[:200]})")
             return None
 
-    def baseline_validation(self) -> dict[str, Any] | None:
+    def baseline_validation(self) -> BaselineScore | None:
         """The base model's valid score, computed once per run (cached in trials/base/validation.json)."""
         result = self.validation_of(BASE_ID, self.base_model, reuse=True)
         if result is None:
             return None
         self.reporter.info(f"[bold]baseline[/bold] {result.text()} on the public valid split (n={result.n})")
-        return {"score": result.score, "n": result.n, "ci_low": result.ci_low, "ci_high": result.ci_high}
+        return BaselineScore(score=result.score, n=result.n, ci_low=result.ci_low, ci_high=result.ci_high)
 
     def reference(self, state: LoopState) -> tuple[Validation | None, str]:
         """What a new checkpoint must beat under submit=improved: the best submitted trial by valid score, or the
         base model while nothing has been submitted."""
-        best = best_by_valid(self.trials(state), submitted=True)
+        best = best_by_valid(state.trials, submitted=True)
         if best is not None and best.valid_score is not None:
             found = load_validation(validation_file(self.paths.trials_dir, best.trial_id))
             fallback = Validation(
@@ -167,15 +167,16 @@ class Screened(RunResources):
                 ci_high=best.valid_ci_high or best.valid_score,
             )
             return found or fallback, best.trial_id
-        base = state.get("baseline_valid")
-        if not base:
+        base = state.baseline_valid
+        if base is None:
             return None, "no reference"
         found = load_validation(validation_file(self.paths.trials_dir, BASE_ID))
-        return found or Validation.model_validate(base), "the base model"
+        return found or Validation.model_validate(base.model_dump()), "the base model"
 
     def validate(self, state: LoopState) -> dict[str, Any]:
         """Score the trial's checkpoint on the valid split, then let the submission policy decide on it."""
-        record = TrialRecord.model_validate(state["current"])
+        assert state.current is not None
+        record = state.current.model_copy()  # the state's own object is also the checkpoint's
         assert record.checkpoint is not None
         started = time.monotonic()
         ref, ref_name = self.reference(state)
@@ -193,17 +194,17 @@ class Screened(RunResources):
         record.submission_note = why
         shown = f"valid {result.text()} ({_sized(result)})" if result is not None else "no valid score"
         self.reporter.info(f"    {shown}: {'submitting, ' + why if go else why}")
-        parent = state.get("mlflow_parent")
-        base = state.get("baseline_valid")
+        parent = state.mlflow_parent
+        base = state.baseline_valid
         if parent and base and not self.tracker.has_metric_at(parent, "baseline_valid_score", 0):
-            self.tracker.log_metrics(parent, {"baseline_valid_score": float(base["score"])}, step=0)
+            self.tracker.log_metrics(parent, {"baseline_valid_score": base.score}, step=0)
         if (
             parent
             and result is not None
             and not self.tracker.has_metric_at(parent, "valid_score", record.index)
         ):
             self.tracker.log_metrics(parent, {"valid_score": result.score}, step=record.index)
-        return {"current": record.model_dump(mode="json"), "submit_now": go}
+        return {"current": record, "submit_now": go}
 
     def end_candidate(self, state: LoopState) -> tuple[TrialRecord | None, str]:
         """The checkpoint the run hands its user, if the grader has not seen it yet: the best trial by valid score.
@@ -213,12 +214,12 @@ class Screened(RunResources):
         worse one (`submit=all` grades everything as it goes)."""
         if self.config.submit == "all":
             return None, ""
-        best = best_by_valid(self.trials(state))
+        best = best_by_valid(state.trials)
         if best is None or best.score is not None or best.submission_id is not None:
             return None, ""
         if self.config.submit == "final":
             return best, "submitted at the end: the best trial by valid score (submit=final)"
-        if state.get("submissions", 0) >= self.submission_cap:
+        if state.submissions >= self.submission_cap:
             return None, ""
         ref, ref_name = self.reference(state)
         above = ""
@@ -244,20 +245,15 @@ class Screened(RunResources):
         best, note = self.end_candidate(state)
         if best is None:
             return state, {}
-        trials = self.trials(state)
-        graded = TrialRecord.model_validate(
-            submit({**state, "current": best.model_dump(mode="json")})["current"]
-        )
-        graded.submission_note = note
+        answer: TrialRecord = submit(state.model_copy(update={"current": best}))["current"]
+        graded = answer.model_copy(update={"submission_note": note})
         update: dict[str, Any] = {
-            "trials": [
-                (graded if t.trial_id == graded.trial_id else t).model_dump(mode="json") for t in trials
-            ]
+            "trials": [graded if t.trial_id == graded.trial_id else t for t in state.trials]
         }
         if graded.score is not None:
-            update["scores"] = [*state.get("scores", []), graded.score]
+            update["scores"] = [*state.scores, graded.score]
             update["submissions"] = int(graded.grading.get("total_submissions", len(update["scores"])))
-            earlier = state.get("best_score")
+            earlier = state.best_score
             if (
                 not graded.grading.get("flags")
                 and not graded.grading.get("duplicate_of")
@@ -269,18 +265,16 @@ class Screened(RunResources):
                 f"graded {graded.score:.3f}"
             )
             self.track_final(state, graded, update)
-        return cast(LoopState, {**state, **update}), update
+        return state.model_copy(update=update), update
 
     def track_final(self, state: LoopState, graded: TrialRecord, update: dict[str, Any]) -> None:
         """MLflow learns of the end's submission as of any other: the parent's score over submissions gets its
         point, the trial's run its public score and its outcome (graded, no longer kept back)."""
-        parent = state.get("mlflow_parent")
+        parent = state.mlflow_parent
         if not parent or graded.score is None:
             return
         step = int(update["submissions"])
-        live = run_figures(
-            state.get("baseline_score") or 0.0, update.get("best_score", state.get("best_score"))
-        )
+        live = run_figures(state.baseline_score or 0.0, update.get("best_score", state.best_score))
         if not self.tracker.has_metric_at(parent, "score", step):
             self.tracker.log_metrics(
                 parent,

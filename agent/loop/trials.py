@@ -23,6 +23,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from agent.core import Proposal, TrialRecord
+from agent.loop.limits import TrialLimits
 from agent.proposers import closed_field_problems, proposal_problems
 from agent.run import RunPaths, atomic_write_json, atomic_write_text
 from sandbox import untrusted
@@ -269,17 +270,10 @@ def plugin_mounts(command: list[str]) -> tuple[list[Mount], list[str]]:
 
 
 def sandbox_request(
-    prepared: PreparedTrial,
-    *,
-    trial_id: str,
-    paths: RunPaths,
-    timeout_s: float,
-    memory_mb: int,
-    cpus: float | None,
-    gpus: list[int] | None = None,
+    prepared: PreparedTrial, *, trial_id: str, paths: RunPaths, limits: TrialLimits
 ) -> SandboxRequest:
-    """The trial's sandbox request; `gpus` are the machine-wide ids it is leased (`sandbox.devices.DevicePlan`).
-    Its one writable folder is its output; the log is the host's, beside it."""
+    """The trial's sandbox request, within `limits`. Its one writable folder is its output; the log is the host's,
+    beside it."""
     host, seen = prepared.host, prepared.seen
     plugins, pythonpath = plugin_mounts(prepared.command)
     return SandboxRequest(
@@ -288,10 +282,10 @@ def sandbox_request(
         workspace_target=seen.output,
         workdir=seen.workspace,
         log_path=host.trial / "log.txt",
-        timeout_s=timeout_s,
-        memory_mb=memory_mb,
-        cpus=cpus,
-        gpus=list(gpus or []),
+        timeout_s=limits.timeout_s,
+        memory_mb=limits.memory_mb,
+        cpus=limits.cpus,
+        gpus=list(limits.gpus),
         env={
             **TRAIN_ENV,
             "MODEL_PATH": str(seen.model),
@@ -303,46 +297,6 @@ def sandbox_request(
         },
         mounts=[*host.mounts(seen), *plugins],
         labels={**paths.labels, "rlloop.trial": trial_id},
-    )
-
-
-def trial_request(
-    sandbox: Sandbox,
-    proposal: Proposal,
-    *,
-    trial_id: str,
-    paths: RunPaths,
-    base_model: Path,
-    trials: list[TrialRecord],
-    benchmark: str,
-    timeout_s: float,
-    memory_mb: int,
-    cpus: float | None,
-    gpus: list[int] | None = None,
-    prompting: dict[str, Any] | None = None,
-    reserved_seconds: float = 0.0,
-) -> SandboxRequest:
-    """prepare_trial then sandbox_request, for `sandbox` (TrialSetupError if the proposal cannot be set up)."""
-    prepared = prepare_trial(
-        proposal,
-        trial_id=trial_id,
-        paths=paths,
-        base_model=base_model,
-        trials=trials,
-        benchmark=benchmark,
-        python=python_for(sandbox),
-        maps=maps_paths(sandbox),
-        prompting=prompting,
-        reserved_seconds=reserved_seconds,
-    )
-    return sandbox_request(
-        prepared,
-        trial_id=trial_id,
-        paths=paths,
-        timeout_s=timeout_s,
-        memory_mb=memory_mb,
-        cpus=cpus,
-        gpus=gpus,
     )
 
 
@@ -449,9 +403,7 @@ class SandboxScripts:
             PreparedTrial([python_for(self.sandbox), str(seen.trial / "script.py")], host, seen),
             trial_id=script_id,
             paths=self.paths,
-            timeout_s=timeout_s,
-            memory_mb=memory_mb,
-            cpus=None,
+            limits=TrialLimits(timeout_s=timeout_s, memory_mb=memory_mb),
         )
         request.labels["rlloop.tool"] = "run_script"
         return self.sandbox.run(request), folder

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.core import Validation, ValidSample
-from grader.benchmarks.base import Benchmark, Sample
+from grader.benchmarks import Benchmark, Sample
 from grader.config import EvalConfig
 from grader.stats import bootstrap_ci
 from tasks.answers import cut_at_stop

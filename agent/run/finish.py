@@ -13,6 +13,7 @@ from typing import Any
 
 import httpx
 
+from agent.core import TrialRecord
 from agent.run.config import RunConfig
 from agent.run.grading import GraderError
 from agent.run.headline import checkpoint_text, run_headline
@@ -92,17 +93,17 @@ def close_tracking(
 
 
 def best_checkpoint(
-    paths: RunPaths, trials: Sequence[Mapping[str, Any]], best_trial_id: str | None, final: Mapping[str, Any]
+    paths: RunPaths, trials: Sequence[TrialRecord], best_trial_id: str | None, final: Mapping[str, Any]
 ) -> dict[str, Any] | None:
     """Where the run's best checkpoint is, checked against the digest of the files the grader scored
     (`best_files_sha256`): `verified` is False, and the reason given, when the folder is not what was graded."""
-    trial = next((t for t in trials if t.get("trial_id") == best_trial_id and t.get("checkpoint")), None)
-    if trial is None:
+    trial = next((t for t in trials if t.trial_id == best_trial_id and t.checkpoint), None)
+    if trial is None or trial.checkpoint is None:
         return None
-    graded = final.get("best_files_sha256") or (trial.get("grading") or {}).get("files_sha256")
-    found: dict[str, Any] = {"trial_id": best_trial_id, "path": str(paths.checkpoint(trial["checkpoint"]))}
+    graded = final.get("best_files_sha256") or trial.grading.get("files_sha256")
+    found: dict[str, Any] = {"trial_id": best_trial_id, "path": str(paths.checkpoint(trial.checkpoint))}
     try:
-        found["sha256"] = untrusted.tree_digest(paths.run_dir, trial["checkpoint"])
+        found["sha256"] = untrusted.tree_digest(paths.run_dir, trial.checkpoint)
     except OSError as exc:
         return {**found, "verified": False, "problem": f"cannot be read safely: {exc}"}
     found["verified"] = graded is not None and found["sha256"] == graded
@@ -113,18 +114,17 @@ def best_checkpoint(
     return found
 
 
-def submission_summary(trials: Sequence[Mapping[str, Any]], policy: str) -> dict[str, Any]:
+def submission_summary(trials: Sequence[TrialRecord], policy: str) -> dict[str, Any]:
     """summary.json's account of the submission policy: trials trained, how many went to the grader, and why each
     checkpoint that was kept back was kept back."""
-    trained = [t for t in trials if t.get("status") == "succeeded"]
-    kept = [t for t in trained if t.get("score") is None and t.get("submission_id") is None]
+    trained = [t for t in trials if t.status == "succeeded"]
+    kept = [t for t in trained if t.score is None and t.submission_id is None]
     return {
         "submit_policy": policy,
         "trials_trained": len(trained),
         "trials_submitted": len(trained) - len(kept),
         "not_submitted": [
-            {"trial_id": t["trial_id"], "valid_score": t.get("valid_score"), "note": t.get("submission_note")}
-            for t in kept
+            {"trial_id": t.trial_id, "valid_score": t.valid_score, "note": t.submission_note} for t in kept
         ],
     }
 

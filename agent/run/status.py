@@ -8,8 +8,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.checkpoint.sqlite import SqliteSaver
+from pydantic import BaseModel
+from pydantic_core import to_jsonable_python
 
+from agent.core import BaselineScore, TrialRecord
 from agent.run.headline import Headline, run_headline
 from tasks import procfs
 
@@ -48,20 +52,36 @@ def pid_alive(pid_file: Path) -> bool:
     return procfs.alive(pid)
 
 
+# The classes a loop's checkpoint holds besides plain data (the typed fields of `agent.loop.graph.LoopState`), and so
+# the only ones revived when it is read: any other class a checkpoint file names comes back as its plain data.
+CHECKPOINT_RECORDS: tuple[type[BaseModel], ...] = (TrialRecord, BaselineScore)
+
+
+def open_checkpoints(db: Path, *, read_only: bool = False) -> SqliteSaver:
+    """The loop's checkpointer on a run's SQLite file (`RunPaths.checkpoints_db`), reviving its records as objects:
+    what a run resumes from, and what `read_state` reads."""
+    conn = (
+        sqlite3.connect(f"file:{db}?mode=ro", uri=True, check_same_thread=False)
+        if read_only
+        else sqlite3.connect(str(db), check_same_thread=False)
+    )
+    return SqliteSaver(conn, serde=JsonPlusSerializer(allowed_msgpack_modules=CHECKPOINT_RECORDS))
+
+
 def read_state(run_dir: Path) -> dict[str, Any]:
-    """The loop's last checkpointed state, read straight from the SQLite checkpointer."""
+    """The loop's last checkpointed state as plain JSON data (each record as its JSON dump): what the run pages,
+    `rlloop runs` and sweeps read, in a process that never runs the loop."""
     db = run_dir / "checkpoints.db"
     if not db.exists():
         return {}
-    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, check_same_thread=False)
+    saver = open_checkpoints(db, read_only=True)
     try:
-        saver = SqliteSaver(conn)
         found = saver.get_tuple({"configurable": {"thread_id": run_dir.name}})
-        return dict(found.checkpoint.get("channel_values", {})) if found else {}
+        return dict(to_jsonable_python(found.checkpoint.get("channel_values", {}))) if found else {}
     except sqlite3.Error:
         return {}
     finally:
-        conn.close()
+        saver.conn.close()
 
 
 def run_row(run_dir: Path) -> RunRow | None:

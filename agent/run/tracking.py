@@ -14,10 +14,11 @@ import functools
 import json
 import logging
 import os
+import sqlite3
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from agent.core import TrialRecord
 from agent.run.environment import environment_record, flat_params
@@ -403,6 +404,31 @@ def run_page_url(ui_base: str, experiment_id: str, parent: str) -> str:
     return f"{ui_base.rstrip('/')}/#/experiments/{experiment_id}/runs/{parent}?{ML_WORKFLOW}"
 
 
+def parent_run_url(tracking_uri: str, parent: str, ui_base: str, artifact_root: Path) -> str | None:
+    """The parent run's MLflow page (`Tracker.run_url`) for a page that must answer fast: a SQLite store is read
+    directly (one indexed row, read-only; importing MLflow to ask it would take seconds). None while the run is
+    not in the store. Raises what the store raises."""
+    database = sqlite_path(tracking_uri)
+    if database is None:
+        return Tracker(tracking_uri, artifact_root).run_url(parent, ui_base)
+    experiment = _experiment_of(database, parent)
+    return None if experiment is None else run_page_url(ui_base, experiment, parent)
+
+
+def _experiment_of(database: Path, run_uuid: str) -> str | None:
+    """The experiment id of an MLflow run in a SQLite store, read-only; None when it is not there (yet)."""
+    if not database.is_file():
+        return None
+    conn = sqlite3.connect(f"file:{database}?mode=ro", uri=True, timeout=2.0)
+    try:
+        row = conn.execute("SELECT experiment_id FROM runs WHERE run_uuid = ?", (run_uuid,)).fetchone()
+    except sqlite3.Error:
+        return None
+    finally:
+        conn.close()
+    return str(row[0]) if row else None
+
+
 def runs_url(run_url: str) -> str | None:
     """The training runs table of a parent run's experiment, with the review view and the GenAI switch off (a fresh
     MLflow 3 browser opens an experiment on its GenAI overview otherwise), from the parent run's page URL."""
@@ -440,37 +466,46 @@ def child_span(name: str, span_type: str, inputs: dict[str, Any]) -> Iterator[An
 Nodes = TypeVar("Nodes", bound=type)
 
 
-def _node_trial(node: str, state: dict[str, Any]) -> str | None:
+class NodeState(Protocol):
+    """What a traced node's trace reads of the loop's state (`agent.loop.graph.LoopState`)."""
+
+    @property
+    def trials(self) -> Sequence[TrialRecord]: ...
+
+    @property
+    def current(self) -> TrialRecord | None: ...
+
+    @property
+    def mlflow_parent(self) -> str | None: ...
+
+
+def _node_trial(node: str, state: NodeState) -> str | None:
     if node == "propose":  # the trial about to be proposed (the loop names them t01, t02, ...)
-        return f"t{len(state.get('trials') or []) + 1:02d}"
-    if node in TRIAL_NODES:
-        return (state.get("current") or {}).get("trial_id")
+        return f"t{len(state.trials) + 1:02d}"
+    if node in TRIAL_NODES and state.current is not None:
+        return state.current.trial_id
     return None
 
 
 def _traced(node: str, method: Callable[..., dict[str, Any]]) -> Callable[..., dict[str, Any]]:
     @functools.wraps(method)
-    def run_node(self: Any, state: dict[str, Any]) -> dict[str, Any]:
+    def run_node(self: Any, state: NodeState) -> dict[str, Any]:
         tracker: Tracker = self.tracker
         trial_id = _node_trial(node, state)
-        inputs = {"trial_id": trial_id, "trials_done": len(state.get("trials") or [])}
+        inputs = {"trial_id": trial_id, "trials_done": len(state.trials)}
         link_to: str | None = None
         with tracker.node_trace(
             node, run_id=self.paths.run_id, benchmark=self.config.benchmark, trial_id=trial_id, inputs=inputs
         ) as span:
             update = method(self, state)
-            parent = update.get("mlflow_parent") or state.get("mlflow_parent")
+            parent = update.get("mlflow_parent") or state.mlflow_parent
             if span is not None:
-                current = update.get("current") or {}
+                current: TrialRecord | None = update.get("current")
                 span.set_outputs(
                     {k: update[k] for k in ("halt", "status", "stop_reason") if update.get(k)}
-                    | (
-                        {"trial_status": current.get("status"), "error": current.get("error")}
-                        if current
-                        else {}
-                    )
+                    | ({"trial_status": current.status, "error": current.error} if current else {})
                 )
-                if parent and trial_id and (current or state.get("current")):  # a trial exists
+                if parent and trial_id and (current or state.current):  # a trial exists
                     link_to = tracker.trial_run(parent, self.paths.run_id, self.config.benchmark, trial_id)
                 elif parent:
                     link_to = parent

@@ -84,6 +84,14 @@ def admin_token(settings: ServiceSettings) -> tuple[str | None, bool]:
     return ensure_admin_token(token_path)
 
 
+def _origin(loc: tuple[int | str, ...], values: dict[str, Any]) -> tuple[int | str, ...]:
+    """Where a config error came from: the body's field, or the service's environment for a field the caller left
+    out."""
+    if loc and loc[0] not in values:
+        return ("env", f"RLLOOP_{str(loc[0]).upper()}", *loc[1:])
+    return ("body", *loc)
+
+
 def create_app(settings: ServiceSettings) -> FastAPI:
     """Build the service for one RLLOOP_HOME. The worker supervisor starts and stops with the app."""
     settings = settings.model_copy(update={"home": settings.home.resolve()})
@@ -221,8 +229,9 @@ def create_app(settings: ServiceSettings) -> FastAPI:
     def create_run(body: RunRequest) -> RunCreated:
         """Start a research run in its own worker process.
 
-        The body holds `rlloop run`'s fields (RunConfig); omitted ones take the defaults. The run starts at once when
-        fewer than `max_concurrent_runs` run, else it waits with status `queued`. Poll `links.self` for progress.
+        The body holds `rlloop run`'s fields (RunConfig); omitted ones take the service's RLLOOP_* environment, then
+        the defaults. The run starts at once when fewer than `max_concurrent_runs` run, else it waits with status
+        `queued`. Poll `links.self` for progress.
         """
         values = body.model_dump(exclude_unset=True, mode="json")
         try:
@@ -230,7 +239,7 @@ def create_app(settings: ServiceSettings) -> FastAPI:
         except ValidationError as exc:
             raise RequestValidationError(
                 [
-                    {**e, "loc": ("body", *e["loc"])}
+                    {**e, "loc": _origin(e["loc"], values)}
                     for e in exc.errors(include_url=False, include_context=False)
                 ]
             ) from None
@@ -246,9 +255,9 @@ def create_app(settings: ServiceSettings) -> FastAPI:
             raise RequestValidationError(
                 [{"loc": ("body", "run_id"), "msg": f"run_id must be {RUN_ID_RULE}", "type": "value_error"}]
             )
-        values.pop("run_id", None)
+        config.run_id = run_id
         try:
-            record = pool.submit(run_id, values)
+            record = pool.submit(config)
         except RunConflictError as exc:
             raise HTTPException(status.HTTP_409_CONFLICT, str(exc)) from None
         summary = summary_of(run_id)

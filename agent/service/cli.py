@@ -79,18 +79,18 @@ def serve_command(
     if ctx.invoked_subcommand is not None:
         return
     from agent.service.serving import serve
+    from agent.service.settings import ServiceSettings
 
+    settings = ServiceSettings(
+        home=_home(home),
+        max_concurrent_runs=max_concurrent_runs,
+        mlflow_ui_url=mlflow_ui_url,
+        stop_runs_on_shutdown=stop_runs_on_shutdown,
+        users_file=users_file,
+        no_auth=no_auth,
+    )
     try:
-        serve(
-            host,
-            port,
-            home,
-            max_concurrent_runs,
-            mlflow_ui_url,
-            stop_runs_on_shutdown,
-            users_file,
-            no_auth=no_auth,
-        )
+        serve(settings, host, port)
     except (InsecureBindError, UsersFileError) as exc:
         raise _fail(str(exc)) from None
 

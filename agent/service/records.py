@@ -12,10 +12,11 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from agent.run import atomic_write_json
+from agent.launch import LaunchRequest
+from tasks.atomic import atomic_write_json
 
 RECORD_NAME = "service.json"
-REQUEST_NAME = "service-request.json"
+REQUEST_NAME = "service-request.json"  # what the run's worker launches (`python -m agent.launch FILE`)
 WORKER_LOG_NAME = "worker.log"
 
 WorkerState = Literal["queued", "running", "exited", "cancelled"]
@@ -60,3 +61,11 @@ def load_record(run_dir: Path) -> WorkerRecord | None:
         return WorkerRecord.model_validate_json(record_path(run_dir).read_text())
     except (OSError, ValueError):
         return None
+
+
+def request_path(run_dir: Path) -> Path:
+    return run_dir / REQUEST_NAME
+
+
+def save_request(run_dir: Path, request: LaunchRequest) -> None:
+    atomic_write_json(request_path(run_dir), request.model_dump(mode="json"))

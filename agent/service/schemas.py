@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 
+from agent.core import Proposal
 from agent.loop import Decision
-from agent.run import RunConfig, run_config_of
+from agent.run import RunConfig
 from agent.service.page_schemas import ApprovalContext
+from agent.service.records import WorkerCommand, WorkerState
 
 # Fields the service decides, not the caller: every run it starts lives under the service's RLLOOP_HOME.
 SERVICE_OWNED_FIELDS = frozenset({"home"})
@@ -33,14 +36,17 @@ else:
     RunRequest = create_model(
         "RunRequest",
         __config__=ConfigDict(extra="forbid"),
-        __doc__="The fields of `rlloop run` (RunConfig) as JSON; omitted fields take the run defaults.",
+        __doc__="The fields of `rlloop run` (RunConfig) as JSON; omitted fields take the service's RLLOOP_* "
+        "environment, then the run defaults.",
         **_request_fields(),
     )
 
 
-def validate_run_request(values: dict[str, Any], home: Any) -> RunConfig:
-    """Apply RunConfig's own validators to the request (its env vars play no part). Raises pydantic.ValidationError."""
-    return run_config_of({**values, "home": home})
+def validate_run_request(values: dict[str, Any], home: Path) -> RunConfig:
+    """The run's config, as `rlloop run` makes it: the request's fields, then the service's own RLLOOP_* environment
+    (for the fields the caller left out), then the defaults; under the service's home (resolved: the worker runs
+    exactly this). Raises pydantic.ValidationError with RunConfig's messages."""
+    return RunConfig(**values, home=home.resolve())
 
 
 class Links(BaseModel):
@@ -56,8 +62,8 @@ class Links(BaseModel):
 class WorkerView(BaseModel):
     """The service's worker process for a run (absent for runs started outside the service)."""
 
-    state: Literal["queued", "running", "exited", "cancelled"]
-    command: Literal["run", "resume"]
+    state: WorkerState
+    command: WorkerCommand
     pid: int | None = None
     created_at: str
     started_at: str | None = None
@@ -147,19 +153,12 @@ class RunCreated(BaseModel):
     links: Links
 
 
-class PendingApproval(BaseModel):
-    """A proposal that waits for a reviewer."""
+class PendingApproval(Proposal):
+    """A proposal that waits for a reviewer: the proposal as the loop recorded it, and where it waits."""
 
     run_id: str
     trial_id: str
     index: int
-    recipe: str
-    hypothesis: str
-    rationale: str = ""
-    hyperparameters: dict[str, Any] = Field(default_factory=dict)
-    init_from: str | None = None
-    train_py: str | None = None
-    estimated_cost_s: float | None = None
     run_active: bool = Field(
         description="False when the run is stopped: the decision applies when it resumes."
     )

@@ -2,23 +2,12 @@
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 from agent.service.settings import ServiceSettings
 
 
-def serve(
-    host: str = "127.0.0.1",
-    port: int = 8765,
-    home: Path | None = None,
-    max_concurrent_runs: int = 2,
-    mlflow_ui_url: str = "http://127.0.0.1:5000",
-    stop_runs_on_shutdown: bool = False,
-    users_file: Path | None = None,
-    no_auth: bool = False,
-) -> None:
-    """Run the service with uvicorn until Ctrl-C. Runs it started keep going unless stop_runs_on_shutdown.
+def serve(settings: ServiceSettings, host: str = "127.0.0.1", port: int = 8765) -> None:
+    """Run the service with uvicorn on host:port until Ctrl-C. Runs it started keep going unless
+    `settings.stop_runs_on_shutdown`.
 
     Without users (and without `no_auth`) the service signs in with an admin token it makes on the first start and
     keeps in HOME/service_admin_token (0600); the sign-in link is printed on stdout. Raises auth.InsecureBindError when
@@ -29,18 +18,9 @@ def serve(
     from agent.service.app import create_app as build
     from agent.service.auth import check_bind, sign_in_url, users_file_for
 
-    home = home or Path(os.environ.get("RLLOOP_HOME", ".rlloop"))
-    users_path = users_file_for(home, users_file)
-    if no_auth:
+    users_path = users_file_for(settings.home, settings.users_file)
+    if settings.no_auth:
         check_bind(host, [], users_path)  # an open service never listens beyond loopback
-    settings = ServiceSettings(
-        home=home,
-        max_concurrent_runs=max_concurrent_runs,
-        mlflow_ui_url=mlflow_ui_url,
-        stop_runs_on_shutdown=stop_runs_on_shutdown,
-        users_file=users_file,
-        no_auth=no_auth,
-    )
     app = build(settings)
     check_bind(host, app.state.users.users(), users_path)
     token: str | None = app.state.admin_token

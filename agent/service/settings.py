@@ -19,7 +19,9 @@ class ServiceSettings(BaseModel):
         default="http://127.0.0.1:5000",
         description="Base URL of the MLflow UI (`rlloop ui`), for links to a run's page.",
     )
-    python: str = Field(default=sys.executable, description="Interpreter that runs `python -m agent.cli`.")
+    python: str = Field(
+        default=sys.executable, description="Interpreter that runs a run's worker (`python -m agent.launch`)."
+    )
     poll_interval_s: float = Field(
         default=0.25, gt=0, le=10, description="How often the supervisor checks its workers."
     )

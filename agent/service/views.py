@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sqlite3
 import threading
 from datetime import datetime
 from pathlib import Path
@@ -93,11 +92,14 @@ def pending_view(run_id: str, trial: TrialRecord, run_active: bool) -> PendingAp
 
 
 def _requested(run_dir: Path) -> dict[str, Any]:
-    for name in ("run.json", REQUEST_NAME):
+    """What the run started with (run.json), else the config the service queued it with (its request)."""
+    for name, key in (("run.json", None), (REQUEST_NAME, "config")):
         try:
             data = json.loads((run_dir / name).read_text())
         except (OSError, ValueError):
             continue
+        if isinstance(data, dict) and key is not None:
+            data = data.get(key)
         if isinstance(data, dict):
             return data
     return {}
@@ -139,8 +141,7 @@ def trial_view(data: dict[str, Any]) -> TrialView:
 
 
 class MlflowLinks:
-    """Resolves an MLflow parent run id to its UI page (needs the experiment id); cached, never fatal. A SQLite store
-    is read directly (one indexed row, read-only): importing MLflow to ask it would take seconds of a first page."""
+    """Resolves an MLflow parent run id to its UI page (`agent.run.parent_run_url`); cached, never fatal."""
 
     def __init__(self, ui_base: str, artifact_root: Path) -> None:
         self.ui_base = ui_base.rstrip("/")
@@ -152,38 +153,17 @@ class MlflowLinks:
         with self._lock:
             if parent in self._cache:
                 return self._cache[parent]
-        from agent.run import run_page_url, sqlite_path
+        from agent.run import parent_run_url
 
-        database = sqlite_path(tracking_uri)
         try:
-            if database is not None:
-                experiment = experiment_of(database, parent)
-                if experiment is None:
-                    return None
-                url = run_page_url(self.ui_base, experiment, parent)
-            else:
-                from agent.run import Tracker
-
-                url = Tracker(tracking_uri, self.artifact_root).run_url(parent, self.ui_base)
+            url = parent_run_url(tracking_uri, parent, self.ui_base, self.artifact_root)
         except Exception:  # the store is busy or gone: the rest of the page still matters
+            return None
+        if url is None:
             return None
         with self._lock:
             self._cache[parent] = url
         return url
-
-
-def experiment_of(database: Path, run_uuid: str) -> str | None:
-    """The experiment id of an MLflow run in a SQLite store, read-only; None when it is not there (yet)."""
-    if not database.is_file():
-        return None
-    conn = sqlite3.connect(f"file:{database}?mode=ro", uri=True, timeout=2.0)
-    try:
-        row = conn.execute("SELECT experiment_id FROM runs WHERE run_uuid = ?", (run_uuid,)).fetchone()
-    except sqlite3.Error:
-        return None
-    finally:
-        conn.close()
-    return str(row[0]) if row else None
 
 
 def run_detail(

@@ -1,14 +1,14 @@
 """One worker process per run, at most N at once, outside the request that asked for it.
 
-A worker is `python -m agent.cli run|resume ...` in its own session (process group), so the service stays
-responsive, a cancel reaches the whole group, and the worker outlives a service restart. Each run's record
-(`runs/<run_id>/service.json`) lets the next service start adopt live workers, start still-queued runs and resume
-runs whose worker died with the service.
+A worker is `python -m agent.launch <run_dir>/service-request.json` (a `LaunchRequest`: the run's config as the
+service validated it, launched as `rlloop run`/`resume` launch theirs) in its own session (process group), so the
+service stays responsive, a crashed run leaves it standing, a cancel reaches the whole group, and the worker
+outlives a service restart. Each run's record (`runs/<run_id>/service.json`) lets the next service start adopt live
+workers, start still-queued runs and resume runs whose worker died with the service.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import signal
@@ -16,18 +16,21 @@ import subprocess
 import threading
 import time
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
-from agent.run import Child, RunConfig, atomic_write_json, read_state, signal_group, spawn_child
+from agent.launch import LaunchRequest
+from agent.run import Child, RunConfig, read_state, signal_group, spawn_child
 from agent.service.records import (
-    REQUEST_NAME,
     WORKER_LOG_NAME,
     WorkerRecord,
     load_record,
     now_iso,
     record_path,
+    request_path,
     save_record,
+    save_request,
 )
+from agent.service.schemas import validate_run_request
 from agent.service.settings import ServiceSettings
 from tasks import procfs
 
@@ -94,21 +97,25 @@ class WorkerPool:
                 log.exception("worker supervisor tick failed")
 
     # ---- requests ------------------------------------------------------------------------------------------------
-    def submit(self, run_id: str, values: dict[str, Any]) -> WorkerRecord:
-        """Queue a new run with these RunConfig values (the ones the caller set); start it if a slot is free."""
+    def submit(self, config: RunConfig) -> WorkerRecord:
+        """Queue a new run of this config (validated, its run_id set); start it if a slot is free. The worker runs
+        exactly this config (its dump, `LaunchRequest`)."""
+        run_id = config.run_id
+        if run_id is None:
+            raise ValueError("a run the service queues has its run_id set")
         run_dir = self.runs_dir / run_id
         with self._lock:
             if run_id in self._active or record_path(run_dir).exists() or (run_dir / "run.json").exists():
                 raise RunConflictError(f"run {run_id!r} already exists; resume it or pick another run_id")
             run_dir.mkdir(parents=True, exist_ok=True)
-            atomic_write_json(run_dir / REQUEST_NAME, values)
+            save_request(run_dir, LaunchRequest(config=config))
             record = WorkerRecord(run_id=run_id, command="run")
             self._enqueue(record)
         self.tick()
         return self.record(run_id) or record
 
     def resume(self, run_id: str) -> WorkerRecord:
-        """Queue `rlloop resume` for a stopped, interrupted or crashed run."""
+        """Queue a resume (as `rlloop resume`) of a stopped, interrupted or crashed run."""
         run_dir = self.runs_dir / run_id
         with self._lock:
             if run_id in self._active:
@@ -245,11 +252,14 @@ class WorkerPool:
 
     def _launch(self, record: WorkerRecord) -> None:
         run_dir = self.runs_dir / record.run_id
-        command, env = self._command(record, run_dir)
         handle: IO[bytes] | None = None
         try:
+            command = self._command(record, run_dir)
             handle = (run_dir / WORKER_LOG_NAME).open("ab")
-            handle.write(f"[service] {now_iso()} starting: {' '.join(command)}\n".encode())
+            starting = (
+                f"[service] {now_iso()} starting ({record.command} {record.run_id}): {' '.join(command)}"
+            )
+            handle.write(f"{starting}\n".encode())
             handle.flush()
             # its own session: a cancel reaches all of it, a Ctrl-C here does not; no death signal and no keeper, as
             # it outlives the service on purpose (the next service adopts it)
@@ -260,7 +270,8 @@ class WorkerPool:
                 stdin=subprocess.DEVNULL,
                 stdout=handle,
                 stderr=subprocess.STDOUT,
-                env=env,
+                # COLUMNS: rich would wrap the run's one-line messages at 80 columns in the log
+                env={**os.environ, "RLLOOP_HOME": str(self.home), "PYTHONUNBUFFERED": "1", "COLUMNS": "400"},
             )
         except (OSError, ValueError) as exc:
             _append_log(run_dir, f"error: could not start the worker: {exc}")
@@ -277,28 +288,14 @@ class WorkerPool:
         record.starts += 1
         self._save(record)
 
-    def _command(self, record: WorkerRecord, run_dir: Path) -> tuple[list[str], dict[str, str]]:
-        base = [self.settings.python, "-m", "agent.cli"]
-        # COLUMNS: rich would wrap the worker's one-line errors at 80 columns in the log
-        env = {**os.environ, "RLLOOP_HOME": str(self.home), "PYTHONUNBUFFERED": "1", "COLUMNS": "400"}
+    def _command(self, record: WorkerRecord, run_dir: Path) -> list[str]:
+        """`python -m agent.launch <run_dir>/service-request.json`: a new run's request was written when it was
+        queued; a resume writes its own (the run goes on with what it started with, its run.json)."""
         if record.command == "resume":
-            return [*base, "resume", record.run_id, "--home", str(self.home)], env
-        request = run_dir / REQUEST_NAME
-        # values the caller set must win over the service's own RLLOOP_* environment (the CLI lets env beat files)
-        for field in json.loads(request.read_text()):
-            if field in RunConfig.model_fields:
-                env.pop(f"RLLOOP_{field.upper()}", None)
-        command = [
-            *base,
-            "run",
-            "--config",
-            str(request),
-            "--run-id",
-            record.run_id,
-            "--home",
-            str(self.home),
-        ]
-        return command, env
+            # nothing requested: start_run takes the run's own run.json
+            resumed = LaunchRequest(config=validate_run_request({}, self.home), resume_run_id=record.run_id)
+            save_request(run_dir, resumed)
+        return [self.settings.python, "-m", "agent.launch", str(request_path(run_dir))]
 
     def _alive(self, record: WorkerRecord) -> bool:
         proc = self._procs.get(record.run_id)

@@ -9,11 +9,7 @@ from agent.core import lazy_face
 if TYPE_CHECKING:
     from agent.sweeps.cli import bench, report
 
-from agent.sweeps.spec import Combination, SweepSpec
-
 __all__ = [
-    "Combination",
-    "SweepSpec",
     "bench",
     "report",
 ]

@@ -9,9 +9,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from agent.run import atomic_write_json, summary_figures
+from agent.run import summary_figures
 from agent.sweeps.outcomes import sweeps_dir
 from agent.sweeps.spec import Combination, SweepSpec
+from tasks.atomic import atomic_write_json
 
 EntryStatus = Literal["pending", "running", "finished", "failed", "interrupted"]
 DONE: tuple[str, ...] = ("finished",)

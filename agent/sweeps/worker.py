@@ -11,9 +11,10 @@ import sys
 import traceback
 from typing import Any, Literal
 
-from agent.run import RunPaths, atomic_write_json
+from agent.run import RunPaths
 from agent.sweeps.outcomes import Outcome, RunAddress, outcome_path
 from agent.sweeps.spec import Combination, SweepSpec
+from tasks.atomic import atomic_write_json
 
 FINAL_STATUSES = ("finished", "terminated")
 

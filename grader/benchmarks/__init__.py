@@ -7,7 +7,7 @@ The protocols, `Sample` and the registry (`tasks.registry.BENCHMARKS`) are `task
 from __future__ import annotations
 
 from grader.benchmarks import registry
-from grader.benchmarks.base import Benchmark, Game, MultiTurnBenchmark, PromptFormatting, Sample, Split
+from tasks.base import Benchmark, Game, MultiTurnBenchmark, PromptFormatting, Sample, Split
 
 # the grader's lookups (whose benchmarks can draw test), under the same names as `tasks`' public ones
 BenchmarkInfo = registry.BenchmarkInfo

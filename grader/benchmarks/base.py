@@ -1,36 +1,13 @@
-"""The benchmark protocols and `Sample`: the same objects as `tasks.base`, re-exported for the grader's code."""
+"""What the grader adds to a public benchmark: the hidden test half, drawn from the run's secret test seed."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from grader.benchmarks.secret import DEFAULT_TEST_SEED
-from tasks.base import (
-    BatchScoring,
-    Benchmark,
-    Game,
-    HeldOutSplitError,
-    MultiTurnBenchmark,
-    PromptFormatting,
-    Sample,
-    Split,
-    public_split,
-    reserved_for_test,
-)
+from tasks.base import Sample, Split
 
-__all__ = [
-    "BatchScoring",
-    "Benchmark",
-    "Game",
-    "HeldOutSplitError",
-    "HiddenTestHalf",
-    "MultiTurnBenchmark",
-    "PromptFormatting",
-    "Sample",
-    "Split",
-    "public_split",
-    "reserved_for_test",
-]
+__all__ = ["HiddenTestHalf"]
 
 
 class HiddenTestHalf:

@@ -47,6 +47,7 @@ register_recipe(Recipe("echo_loud", "Shout a message.", EchoConfig, lambda c: _w
 IN_TRIAL = """
 import json, sys
 from pathlib import Path
+from agent.loop.limits import TrialLimits
 from agent.loop.trials import PreparedTrial, fresh_output, sandbox_request, trial_folders
 from agent.run.workspace import RunPaths
 from sandbox.backends.local import LocalSandbox
@@ -61,7 +62,8 @@ config = {"model_path": str(seen.model), "train_file": "t.jsonl", "output_dir": 
 (record / "config.json").write_text(json.dumps(config))
 command = [sys.executable, "-m", "trainers", "echo", "--config", str(seen.trial / "config.json")]
 request = sandbox_request(
-    PreparedTrial(command, host, seen), trial_id="t01", paths=paths, timeout_s=120, memory_mb=4096, cpus=None
+    PreparedTrial(command, host, seen), trial_id="t01", paths=paths,
+    limits=TrialLimits(timeout_s=120, memory_mb=4096),
 )
 result = sandbox.run(request)
 print(json.dumps({"exit_code": result.exit_code, "log": result.log_tail, "isolation": LocalSandbox().isolation,

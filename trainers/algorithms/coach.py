@@ -9,11 +9,10 @@ the coach's score. Without an endpoint the recipe stops at once with the variabl
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import torch
 from pydantic import BaseModel, Field, ValidationError
@@ -72,6 +71,9 @@ class _Experience(BaseModel):
     experience: list[str]
 
 
+ReplyT = TypeVar("ReplyT", bound=BaseModel)
+
+
 class Coach:
     """Talks to the coach model; every call asks for a JSON object and validates it."""
 
@@ -95,7 +97,8 @@ class Coach:
         self.rubric = rubric
         self.show_reference = show_reference
 
-    def _ask(self, system: str, payload: dict[str, Any]) -> dict[str, Any]:
+    def _ask(self, system: str, payload: dict[str, Any], reply: type[ReplyT], lacks: str) -> ReplyT:
+        """The coach's reply to `payload`, as `reply`; a reply not of that shape says what it `lacks`."""
         response = self.client.chat.completions.create(
             model=self.model,
             messages=[
@@ -112,7 +115,10 @@ class Coach:
             raise CoachReplyError(f"coach reply is not JSON ({exc.msg}): {content[:200]!r}") from exc
         if not isinstance(data, dict):
             raise CoachReplyError(f"coach reply is not a JSON object: {content[:200]!r}")
-        return data
+        try:
+            return reply.model_validate(data)
+        except ValidationError as exc:
+            raise CoachReplyError(f"coach reply lacks {lacks}: {json.dumps(data)[:200]}") from exc
 
     def _items(self, samples: Sequence[Sample], responses: Sequence[str]) -> list[dict[str, Any]]:
         items = []
@@ -130,13 +136,9 @@ class Coach:
             f"{self.rubric}\n"
             'Reply with a JSON object {"scores": [...]}: one number in [0, 1] per item, in the order given.'
         )
-        data = self._ask(system, {"items": self._items(samples, responses)})
-        try:
-            scores = _Scores.model_validate(data).scores
-        except ValidationError as exc:
-            raise CoachReplyError(
-                f'coach reply lacks a numeric "scores" list: {json.dumps(data)[:200]}'
-            ) from exc
+        scores = self._ask(
+            system, {"items": self._items(samples, responses)}, _Scores, 'a numeric "scores" list'
+        ).scores
         if len(scores) != len(responses):
             raise CoachReplyError(f"coach returned {len(scores)} scores for {len(responses)} responses")
         return [min(1.0, max(0.0, float(x))) for x in scores]
@@ -153,13 +155,9 @@ class Coach:
         items = self._items(samples, responses)
         for item, value in zip(items, scores, strict=True):
             item["score"] = value
-        data = self._ask(system, {"items": items})
-        try:
-            lessons = _Experience.model_validate(data).experience
-        except ValidationError as exc:
-            raise CoachReplyError(
-                f'coach reply lacks an "experience" list of strings: {json.dumps(data)[:200]}'
-            ) from exc
+        lessons = self._ask(
+            system, {"items": items}, _Experience, 'an "experience" list of strings'
+        ).experience
         lessons = [x.strip() for x in lessons if x.strip()][:max_items]
         if not lessons:
             raise CoachReplyError("coach wrote no experience items")
@@ -206,36 +204,22 @@ def _run_distill(config: CoachConfig, coach: Coach) -> TrainResult:
 def _run_rl(config: CoachConfig, coach: Coach) -> TrainResult:
     samples = op.load_samples(config.train_file, config.max_train_samples, op.chat_prompts(config))
     student, tokenizer = op.load_policy(config)
-    group = config.num_generations
     max_new = op.new_tokens_budget(config)
-    next_batch = op.batches(samples, config.prompts_per_step(), config.seed)
     optimizer = op.optimizer_for(student, config.learning_rate)
     session = op.Session(config, student, tokenizer)
     history: list[dict[str, float]] = []
-    tokens = 0
-    for step_number in itertools.count(1):
-        if not session.begin_step(optimizer):
-            break
-        batch = [s for s in next_batch() for _ in range(group)]
-        rollout = op.sample(
-            student,
-            tokenizer,
-            [s.prompt for s in batch],
-            max_new_tokens=max_new,
-            temperature=config.temperature,
-        )
+    for step_number, batch, rollout in session.rollouts(optimizer, samples, max_new):
         rewards = torch.tensor(coach.score(batch, rollout.texts), device=rollout.lengths.device)
-        advantages = losses.group_advantages(rewards, group)
+        advantages = losses.group_advantages(rewards, config.num_generations)
         loss = op.policy_gradient_step(
             student, optimizer, rollout, advantages, float(len(batch) * max_new), config.max_grad_norm
         )
-        tokens += int(rollout.attention_mask.sum())
         history.append({"step": float(step_number), "coach_score": float(rewards.mean()), "loss": loss})
         if session.log_due(step_number):
             runtime.log(
                 f"coach-rl step {session.of_steps(step_number)} coach_score {float(rewards.mean()):.4g}"
             )
-    return session.finish("coach", history, tokens=tokens, reward_key="coach_score")
+    return session.finish("coach", history, tokens=session.rollout_tokens, reward_key="coach_score")
 
 
 def run(config: CoachConfig) -> TrainResult:

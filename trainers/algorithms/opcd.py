@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -62,60 +63,67 @@ def check_fits(model: PreTrainedModel, width: int, what: str) -> None:
         )
 
 
-def on_policy_distill_step(
-    student: PreTrainedModel,
-    teacher: PreTrainedModel,
-    tokenizer: PreTrainedTokenizerBase,
-    prompts: Sequence[str],
-    context: str,
-    *,
-    max_new_tokens: int,
-    temperature: float,
-    top_k: int,
-    renormalise: bool,
-) -> tuple[torch.Tensor, int]:
-    """Sample from the student without context; return (top-k reverse KL to the context-reading teacher, tokens)."""
-    rollout = op.sample(student, tokenizer, prompts, max_new_tokens=max_new_tokens, temperature=temperature)
-    width = rollout.completion_ids.shape[1]
-    teacher_ids, teacher_mask = op.with_prompts(
-        tokenizer, [context + p for p in prompts], rollout.completion_ids, rollout.completion_mask
-    )
-    check_fits(teacher, teacher_ids.shape[1], "context + prompt + completion")
-    with torch.no_grad():
-        teacher_logits = op.completion_logits(teacher, teacher_ids, teacher_mask, width)
-    student_logits = op.completion_logits(student, rollout.sequences, rollout.attention_mask, width)
-    kl = losses.topk_reverse_kl(
-        student_logits, teacher_logits, rollout.completion_mask, top_k=top_k, renormalise=renormalise
-    )
-    return kl, int(rollout.attention_mask.sum())
+@dataclass(frozen=True)
+class _Distillation:
+    """What each step of one `distill` run reads: the two models, the context only the teacher is shown, the
+    sampling settings."""
 
+    student: PreTrainedModel
+    teacher: PreTrainedModel
+    tokenizer: PreTrainedTokenizerBase
+    context: str
+    config: OPCDConfig
+    max_new_tokens: int
 
-def off_policy_distill_step(
-    student: PreTrainedModel,
-    teacher: PreTrainedModel,
-    tokenizer: PreTrainedTokenizerBase,
-    prompts: Sequence[str],
-    context: str,
-    *,
-    max_new_tokens: int,
-    temperature: float,
-) -> tuple[torch.Tensor, int]:
-    """Teacher samples with the context; forward KL(teacher || student) on those tokens, student without context."""
-    with torch.no_grad():
-        rollout = op.sample(
-            teacher,
-            tokenizer,
-            [context + p for p in prompts],
-            max_new_tokens=max_new_tokens,
-            temperature=temperature,
+    def _sample(self, model: PreTrainedModel, prompts: Sequence[str]) -> op.Rollout:
+        return op.sample(
+            model,
+            self.tokenizer,
+            prompts,
+            max_new_tokens=self.max_new_tokens,
+            temperature=self.config.temperature,
         )
+
+    def on_policy_step(self, prompts: Sequence[str]) -> tuple[torch.Tensor, int]:
+        """Sample from the student without context; return (top-k reverse KL to the context-reading teacher,
+        tokens)."""
+        rollout = self._sample(self.student, prompts)
         width = rollout.completion_ids.shape[1]
-        teacher_logits = op.completion_logits(teacher, rollout.sequences, rollout.attention_mask, width)
-    student_ids, student_mask = op.with_prompts(
-        tokenizer, prompts, rollout.completion_ids, rollout.completion_mask
-    )
-    student_logits = op.completion_logits(student, student_ids, student_mask, width)
-    return losses.forward_kl(teacher_logits, student_logits, rollout.completion_mask), int(student_mask.sum())
+        teacher_ids, teacher_mask = op.with_prompts(
+            self.tokenizer,
+            [self.context + p for p in prompts],
+            rollout.completion_ids,
+            rollout.completion_mask,
+        )
+        check_fits(self.teacher, teacher_ids.shape[1], "context + prompt + completion")
+        with torch.no_grad():
+            teacher_logits = op.completion_logits(self.teacher, teacher_ids, teacher_mask, width)
+        student_logits = op.completion_logits(self.student, rollout.sequences, rollout.attention_mask, width)
+        kl = losses.topk_reverse_kl(
+            student_logits,
+            teacher_logits,
+            rollout.completion_mask,
+            top_k=self.config.top_k,
+            renormalise=self.config.renormalise,
+        )
+        return kl, int(rollout.attention_mask.sum())
+
+    def off_policy_step(self, prompts: Sequence[str]) -> tuple[torch.Tensor, int]:
+        """Teacher samples with the context; forward KL(teacher || student) on those tokens, student without
+        context."""
+        with torch.no_grad():
+            rollout = self._sample(self.teacher, [self.context + p for p in prompts])
+            width = rollout.completion_ids.shape[1]
+            teacher_logits = op.completion_logits(
+                self.teacher, rollout.sequences, rollout.attention_mask, width
+            )
+        student_ids, student_mask = op.with_prompts(
+            self.tokenizer, prompts, rollout.completion_ids, rollout.completion_mask
+        )
+        student_logits = op.completion_logits(self.student, student_ids, student_mask, width)
+        return losses.forward_kl(teacher_logits, student_logits, rollout.completion_mask), int(
+            student_mask.sum()
+        )
 
 
 def distill(
@@ -132,7 +140,8 @@ def distill(
 ) -> tuple[list[dict[str, float]], int]:
     """Up to `config.max_steps` distillation steps of `context` into `student`, on `pace`'s clock and schedule (a
     fresh one from `config` when None); returns (per-step history, tokens)."""
-    max_new = op.new_tokens_budget(config)
+    distillation = _Distillation(student, teacher, tokenizer, context, config, op.new_tokens_budget(config))
+    distill_step = distillation.on_policy_step if on_policy else distillation.off_policy_step
     next_batch = op.batches(samples, config.prompts_per_step(), config.seed)
     optimizer = op.optimizer_for(student, config.learning_rate)
     if pace is None:
@@ -146,28 +155,7 @@ def distill(
         if not pace.begin_step(optimizer):
             break
         prompts = [s.prompt for s in next_batch() for _ in range(config.num_generations)]
-        if on_policy:
-            kl, used = on_policy_distill_step(
-                student,
-                teacher,
-                tokenizer,
-                prompts,
-                context,
-                max_new_tokens=max_new,
-                temperature=config.temperature,
-                top_k=config.top_k,
-                renormalise=config.renormalise,
-            )
-        else:
-            kl, used = off_policy_distill_step(
-                student,
-                teacher,
-                tokenizer,
-                prompts,
-                context,
-                max_new_tokens=max_new,
-                temperature=config.temperature,
-            )
+        kl, used = distill_step(prompts)
         op.step(student, optimizer, kl, config.max_grad_norm)
         tokens += used
         row = {"step": float(step_number), "kl": float(kl.detach()), "seconds": pace.elapsed}

@@ -8,8 +8,6 @@ importance ratio is 1 and no clipping or KL penalty is needed).
 
 from __future__ import annotations
 
-import itertools
-
 import torch
 from pydantic import Field
 
@@ -35,7 +33,6 @@ class OPOConfig(op.OnPolicyConfig, TrainRowChoices):
 
 def run(config: OPOConfig) -> TrainResult:
     """Train with OPO and save the checkpoint and metrics.json into `config.output_dir`."""
-    prompts_per_step = config.prompts_per_step()
     op.seed_everything(config.seed)
     samples = op.load_samples(
         config.train_file, config.max_train_samples, op.chat_prompts(config), RowMoves.of(config)
@@ -43,29 +40,16 @@ def run(config: OPOConfig) -> TrainResult:
     model, tokenizer = op.load_policy(config)
     reward_fn = op.benchmark_reward(config.benchmark, config.prompt_format)
     max_new = op.new_tokens_budget(config)
-    next_batch = op.batches(samples, prompts_per_step, config.seed)
     optimizer = op.optimizer_for(model, config.learning_rate)
     session = op.Session(config, model, tokenizer)
     history: list[dict[str, float]] = []
-    tokens = 0
-    for step_number in itertools.count(1):
-        if not session.begin_step(optimizer):
-            break
-        batch = [s for s in next_batch() for _ in range(config.num_generations)]
-        rollout = op.sample(
-            model,
-            tokenizer,
-            [s.prompt for s in batch],
-            max_new_tokens=max_new,
-            temperature=config.temperature,
-        )
+    for step_number, batch, rollout in session.rollouts(optimizer, samples, max_new):
         rewards = torch.tensor(reward_fn(rollout.texts, batch), device=rollout.lengths.device)
         advantages = losses.opo_advantages(rewards, rollout.lengths, config.num_generations)
         normaliser = float(len(batch) * max_new) if config.constant_normaliser else None
         loss = op.policy_gradient_step(
             model, optimizer, rollout, advantages, normaliser, config.max_grad_norm
         )
-        tokens += int(rollout.attention_mask.sum())
         row = {
             "step": float(step_number),
             "reward": float(rewards.mean()),
@@ -78,7 +62,7 @@ def run(config: OPOConfig) -> TrainResult:
             runtime.log(
                 f"opo step {session.of_steps(step_number)} reward {row['reward']:.4g} loss {loss:.4g}"
             )
-    return session.finish("opo", history, tokens=tokens, reward_key="reward")
+    return session.finish("opo", history, tokens=session.rollout_tokens, reward_key="reward")
 
 
 register_recipe(

@@ -47,15 +47,14 @@ class Report(BaseModel):
         return not self.problems
 
 
-def _text(path: Path, problems: list[Problem]) -> str | None:
+def _text(path: Path) -> tuple[str | None, list[Problem]]:
+    """The file's text and the problems found so far: none, or why there is no text to check."""
     if not path.is_file():
-        problems.append(Problem(file=str(path), message="does not exist (or is not a file)"))
-        return None
+        return None, [Problem(file=str(path), message="does not exist (or is not a file)")]
     try:
-        return path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8"), []
     except UnicodeDecodeError as exc:
-        problems.append(Problem(file=str(path), message=f"is not UTF-8 text (byte {exc.start})"))
-        return None
+        return None, [Problem(file=str(path), message=f"is not UTF-8 text (byte {exc.start})")]
 
 
 def _item_problem(value: object) -> str | None:
@@ -74,8 +73,7 @@ def _item_problem(value: object) -> str | None:
 def check_experience(path: Path) -> list[Problem]:
     """A .json list (or {"experience": [...]}) or a .jsonl file of non-empty, distinct items."""
     path = Path(path)
-    problems: list[Problem] = []
-    text = _text(path, problems)
+    text, problems = _text(path)
     if text is None:
         return problems
     located: list[tuple[object, int | None, str]] = []  # (item, line, label used in messages)
@@ -127,8 +125,7 @@ def check_experience(path: Path) -> list[Problem]:
 def check_system_prompt(path: Path) -> list[Problem]:
     """Readable UTF-8 text, not empty, not absurdly long."""
     path = Path(path)
-    problems: list[Problem] = []
-    text = _text(path, problems)
+    text, problems = _text(path)
     if text is None:
         return problems
     if not text.strip():
@@ -186,8 +183,7 @@ def system_prompt_warnings(path: Path, prompt_type: str | None = None) -> list[P
 def check_jsonl(path: Path, required: Iterable[str] = REQUIRED_FIELDS) -> list[Problem]:
     """Every line a JSON object with non-empty string `required` fields; ids, when present, unique."""
     path = Path(path)
-    problems: list[Problem] = []
-    text = _text(path, problems)
+    text, problems = _text(path)
     if text is None:
         return problems
     needed = tuple(required)

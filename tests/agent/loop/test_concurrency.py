@@ -45,13 +45,14 @@ def test_cpu_split_and_request(tmp_path: Path) -> None:
     import os
 
     cores = os.cpu_count() or 1
-    assert trial_cpus(_config(tmp_path), 2) == max(1.0, cores / 2)
-    assert trial_cpus(_config(tmp_path, trial_cpus=0.5), 2) == 0.5  # the user's --trial-cpus wins
-    assert trial_cpus(_config(tmp_path, trial_concurrency=1), 1) is None
+    assert trial_cpus(None, 2) == max(1.0, cores / 2)
+    assert trial_cpus(0.5, 2) == 0.5  # the user's --trial-cpus wins
+    assert trial_cpus(None, 1) is None
     request = SandboxRequest(command=["true"], workspace=tmp_path, log_path=tmp_path / "log.txt")
     devices = plan_devices(0)
-    assert split_request(request, _config(tmp_path), 1, 0, devices) is request  # K=1: untouched
-    split = split_request(request, _config(tmp_path), 2, 1, devices)
+    assert split_request(request, 1, 0, devices) is request  # K=1: untouched
+    assert split_request(request.model_copy(update={"cpus": 0.5}), 2, 1, devices).cpus == 0.5
+    split = split_request(request, 2, 1, devices)
     assert split.cpus == max(1.0, cores / 2)
     assert split.env["OMP_NUM_THREADS"] == str(max(1, int(cores / 2)))
 
@@ -202,7 +203,7 @@ def test_concurrent_trials_get_different_gpus_and_ray_keeps_its_own_cpus(tmp_pat
 
     plan = DevicePlan(gpus=("0", "1", "2", "3"), trial_gpus=1, grader_gpu=None)
     request = SandboxRequest(command=["true"], workspace=tmp_path, log_path=tmp_path / "l", gpus=[2])
-    slots = [split_request(request, _config(tmp_path), 2, s, plan).gpus for s in (0, 1)]
+    slots = [split_request(request, 2, s, plan).gpus for s in (0, 1)]
     assert slots == [[2], [3]]  # slot 0 keeps the free device the plan chose, slot 1 the next
-    on_ray = split_request(request, _config(tmp_path), 2, 1, plan, schedules_resources=True)
+    on_ray = split_request(request, 2, 1, plan, schedules_resources=True)
     assert on_ray.cpus is None and on_ray.gpus == [2]  # ray's scheduler places it and hands it its GPUs

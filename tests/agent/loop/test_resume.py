@@ -17,8 +17,10 @@ from typing import Any
 
 import pytest
 
+from agent.core import TrialRecord
 from agent.run.results import read_results
 from agent.run.status import read_state
+from tests.agent.loop.test_state import checkpointed
 from tests.support.processes import run_processes, running_containers, still_alive
 
 pytestmark = pytest.mark.slow
@@ -118,6 +120,8 @@ def test_kill_9_at_every_node_in_turn_then_resume_equals_uninterrupted(
     assert state["submissions"] == reference["state"]["submissions"]
     # nothing submitted twice: the grader's store holds exactly the reference's submissions
     assert _submissions(run_dir) == reference["submissions"]
+    # the resumed run's state holds its trials as records, not as their dumps
+    assert {type(t) for t in checkpointed(run_dir)["trials"]} == {TrialRecord}
     # the MLflow parent run is continued, not duplicated
     from mlflow import MlflowClient
 

@@ -21,6 +21,8 @@ from pydantic import BaseModel, Field
 from agent.core.records import Proposal, ProposalContext, TrialRecord
 from agent.llm import LLMClient, LLMSettings, PriceTable, RetryPolicy
 from agent.loop.context import RunContext
+from agent.loop.graph import LoopState
+from agent.loop.limits import TrialLimits
 from agent.loop.nodes import Research
 from agent.loop.trials import ProposalRefusedError, TrialSetupError, prepare_trial, recipe_config
 from agent.proposers.llm import LLMProposer
@@ -255,6 +257,7 @@ def test_a_refused_proposal_fails_its_trial_in_the_run_log(run: RunPaths, base_m
         devices=plan_devices(config.trial_gpus),
         base_model=base_model,
         benchmark=get_benchmark(config.benchmark),
+        limits=TrialLimits.of_run(config),
     )
     research = Research(context)
     teacher = str(run.grader_dir / "test.jsonl")
@@ -263,8 +266,7 @@ def test_a_refused_proposal_fails_its_trial_in_the_run_log(run: RunPaths, base_m
         index=1,
         proposal=Proposal(hypothesis="h", recipe="gad", hyperparameters={"teacher_file": teacher}),
     )
-    update = research.run_trial({"current": record.model_dump(mode="json"), "trials": []})  # type: ignore[typeddict-item]
-    failed = TrialRecord.model_validate(update["current"])
+    failed = research.run_trial(LoopState(current=record))["current"]
     assert failed.status == "failed"
     assert f"hyperparameters.teacher_file={teacher!r} lies outside" in (failed.error or "")
     assert "hyperparameters.teacher_file=" in run.log_file.read_text()

@@ -104,10 +104,10 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Any:
     and answers 409 instead of starting a run."""
     home = tmp_path_factory.mktemp("service-home")
     app = create_app(ServiceSettings(home=home, no_auth=True))
-    received: list[dict[str, Any]] = []
+    received: list[RunConfig] = []
 
-    def submit(run_id: str, values: dict[str, Any]) -> None:
-        received.append({**values, "run_id": run_id})
+    def submit(config: RunConfig) -> None:
+        received.append(config)
         raise RunConflictError("recorded")
 
     app.state.pool.submit = submit
@@ -145,7 +145,7 @@ class Surfaces:
     def service(self, name: str, value: Any) -> tuple[Any, str]:
         response = self.client.post("/runs", json={name: value})
         if response.status_code == 409:
-            return getattr(run_config_of(self.received.pop()), name), ""
+            return getattr(self.received.pop(), name), ""
         assert response.status_code == 422, response.text
         (error,) = [e for e in response.json()["detail"] if e["loc"] == ["body", name]]
         return None, str(error["msg"])

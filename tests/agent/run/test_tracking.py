@@ -151,12 +151,13 @@ class _Nodes:
         self.paths = SimpleNamespace(run_id="run-4")
         self.config = SimpleNamespace(benchmark="arith")
 
-    def propose(self, state: dict[str, Any]) -> dict[str, Any]:
+    def propose(self, state: SimpleNamespace) -> dict[str, Any]:
         with child_span("llm:propose", "CHAT_MODEL", {"messages": ["hi"]}) as span:
             assert span is not None  # inside the node's trace
-        return {"current": {"trial_id": "t01", "status": "pending"}}
+        proposal = Proposal(hypothesis="h", recipe="sft")
+        return {"current": TrialRecord(trial_id="t01", index=1, proposal=proposal)}
 
-    def finish(self, state: dict[str, Any]) -> dict[str, Any]:
+    def finish(self, state: SimpleNamespace) -> dict[str, Any]:
         return {"status": "finished"}
 
 
@@ -165,9 +166,11 @@ def test_each_node_is_a_trace_linked_to_its_trials_run(tmp_path: Path) -> None:
     tracker = Tracker(uri, tmp_path / "mlartifacts")
     parent = tracker.start_parent("run-4", "arith", {})
     nodes = traced_nodes(_Nodes)(tracker, parent)
-    state: dict[str, Any] = {"mlflow_parent": parent, "trials": []}
+    state = SimpleNamespace(
+        mlflow_parent=parent, trials=[], current=None
+    )  # the loop's state, as a node reads it
     update = nodes.propose(state)
-    nodes.finish({**state, **update})
+    nodes.finish(SimpleNamespace(**{**vars(state), **update}))
     with child_span("outside", "TOOL", {}) as outside:
         assert outside is None  # no trace open: nothing recorded
 

@@ -308,13 +308,15 @@ def test_is_loopback(host: str, loopback: bool) -> None:
 def test_serve_refuses_to_bind_beyond_loopback_without_an_admin(tmp_path: Path) -> None:
     home = tmp_path / "home"
     with pytest.raises(InsecureBindError, match=r"rlloop serve users add NAME --role admin"):
-        serve(host="0.0.0.0", port=free_port(), home=home, no_auth=True)  # an open service: loopback only
+        serve(
+            ServiceSettings(home=home, no_auth=True), "0.0.0.0", free_port()
+        )  # an open service: loopback only
     assert not (home / ADMIN_TOKEN_FILE_NAME).exists()
     add_users(
         home, {"ada": "approver"}
     )  # an approver (and no admin token) is not enough: nobody could manage runs
     with pytest.raises(InsecureBindError, match="refusing to listen on 0.0.0.0"):
-        serve(host="0.0.0.0", port=free_port(), home=home)
+        serve(ServiceSettings(home=home), "0.0.0.0", free_port())
     admin = ServiceUser(name="root", role="admin", token_sha256=hash_token("x"))
     check_bind("0.0.0.0", [admin], home / USERS_FILE_NAME)  # with an admin: allowed
     check_bind("127.0.0.1", [], home / USERS_FILE_NAME)  # loopback: allowed without users

@@ -13,10 +13,15 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
+from fastapi.testclient import TestClient
 
 from agent.core.records import Proposal, TrialRecord
+from agent.launch import LaunchRequest
 from agent.loop.approvals import publish_pending, read_decision
-from agent.service.records import WORKER_LOG_NAME, WorkerRecord, load_record, save_record
+from agent.run import RunConfig
+from agent.service import ServiceSettings, create_app
+from agent.service.records import WORKER_LOG_NAME, WorkerRecord, load_record, save_record, save_request
+from agent.service.workers import RunConflictError
 from tasks import procfs
 from tests.agent.service.support import ACTIVE, kill_workers, running_service, wait_for
 
@@ -83,6 +88,31 @@ def test_openapi_and_validation_errors(home: Path) -> None:
         assert client.get("/runs/nope").status_code == 404
         assert client.post("/runs/nope/cancel").status_code == 404
         assert client.post("/runs/nope/resume").status_code == 404
+
+
+def test_a_run_takes_the_services_environment_for_what_its_request_leaves_out(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As `rlloop run` does: the body, then the service's RLLOOP_* environment, then the defaults. The worker gets
+    the config as the service validated it; an environment value that fails says it came from there."""
+    app = create_app(ServiceSettings(home=home, no_auth=True))
+    with TestClient(app, base_url="http://127.0.0.1") as client:
+        queued: list[RunConfig] = []
+
+        def submit(config: RunConfig) -> None:
+            queued.append(config)
+            raise RunConflictError("recorded, not started")
+
+        app.state.pool.submit = submit
+        monkeypatch.setenv("RLLOOP_LOOP_N", "9")
+        monkeypatch.setenv("RLLOOP_SEED", "5")
+        assert client.post("/runs", json={"run_id": "from-env", "seed": 1}).status_code == 409
+        (config,) = queued
+        assert (config.run_id, config.loop_n, config.seed, config.home) == ("from-env", 9, 1, home.resolve())
+        monkeypatch.setenv("RLLOOP_LOOP_N", "0")
+        refused = client.post("/runs", json={"run_id": "bad-env"})
+        assert refused.status_code == 422
+        assert refused.json()["detail"][0]["loc"] == ["env", "RLLOOP_LOOP_N"]
 
 
 def test_failed_run_shows_its_one_line_error(
@@ -226,7 +256,7 @@ def test_restart_resumes_dead_workers_adopts_live_ones_and_starts_queued(
     # a run still queued when the service stopped
     queued = runs / "queued"
     queued.mkdir()
-    (queued / "service-request.json").write_text(json.dumps(config))
+    save_request(queued, LaunchRequest(config=RunConfig(**config, home=home, run_id="queued")))
     save_record(queued, WorkerRecord(run_id="queued", state="queued"))
     # a worker that outlived the service (its own session, like the service's workers)
     live = subprocess.Popen(["sleep", "120"], start_new_session=True)
@@ -248,7 +278,7 @@ def test_restart_resumes_dead_workers_adopts_live_ones_and_starts_queued(
                 crashed_body["worker"]["command"] == "resume" and crashed_body["worker"]["auto_resumes"] == 1
             )
             log = (crashed / WORKER_LOG_NAME).read_text()
-            assert "died with the service; resuming" in log and "agent.cli resume crashed" in log
+            assert "died with the service; resuming" in log and "starting (resume crashed): " in log
             queued_body = wait_for(client, "queued", lambda b: b["worker"]["state"] == "exited", timeout=180)
             assert queued_body["worker"]["command"] == "run" and queued_body["status"] == "failed"
             assert client.get("/runs/cancelled").json()["worker"]["auto_resumes"] == 0

@@ -2,8 +2,7 @@
 # Claude Code, unchanged, launched as PostTrainBench's agents/claude/solve.sh launches it. Its model is reached
 # through rlloop's gateway: ANTHROPIC_BASE_URL and a placeholder ANTHROPIC_API_KEY are set by rlloop, AGENT_CONFIG
 # is the first of --agent-llm-models.
-unset GEMINI_API_KEY
-unset CODEX_API_KEY
+unset GEMINI_API_KEY CODEX_API_KEY
 command -v claude >/dev/null || {
   echo "claude: command not found: Claude Code ships in the agent image (rlloop sandbox build --agent; --sandbox docker)" >&2
   exit 127

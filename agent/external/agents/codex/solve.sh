@@ -3,8 +3,7 @@
 # web search would give the agent the internet through the provider). Codex takes its provider from its own
 # config, not from OPENAI_BASE_URL: config.toml points it at rlloop's gateway (OPENAI_BASE_URL and the placeholder
 # OPENAI_API_KEY set by rlloop; AGENT_CONFIG is the first of --agent-llm-models).
-unset ANTHROPIC_API_KEY
-unset GEMINI_API_KEY
+unset ANTHROPIC_API_KEY GEMINI_API_KEY
 command -v codex >/dev/null || {
   echo "codex: command not found: Codex CLI ships in the agent image (rlloop sandbox build --agent; --sandbox docker)" >&2
   exit 127
