@@ -8,11 +8,13 @@ Every field carries `Field(description=...)`: the agent's LLM proposer sees a re
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from trainers.schedule import ScheduleType, schedule_problems
+
+Share = Annotated[float, Field(ge=0.0, lt=1.0)]  # a share of the trial, short of all of it
 
 
 class TrainerConfig(BaseModel):
@@ -53,10 +55,8 @@ class TrainerConfig(BaseModel):
         "done / max_steps and training seconds spent / seconds it has): linear or cosine decay to min_lr_ratio, or "
         "constant (with cooldown_ratio: warm-up, stable, then a linear cool-down). constant_with_warmup = constant.",
     )
-    warmup_ratio: float = Field(
+    warmup_ratio: Share = Field(
         default=0.05,
-        ge=0.0,
-        lt=1.0,
         description="Share of the trial spent warming the rate up from 0 (skipped when the optimizer is continued).",
     )
     warmup_steps: int | None = Field(
@@ -64,10 +64,8 @@ class TrainerConfig(BaseModel):
         ge=0,
         description="Warm-up in optimizer steps instead of warmup_ratio (a time-boxed trial may not reach them).",
     )
-    cooldown_ratio: float = Field(
+    cooldown_ratio: Share = Field(
         default=0.0,
-        ge=0.0,
-        lt=1.0,
         description="constant only: the final share of the trial over which the rate falls linearly to min_lr_ratio.",
     )
     min_lr_ratio: float = Field(
@@ -117,14 +115,7 @@ class TrainerConfig(BaseModel):
 
     @model_validator(mode="after")
     def _schedule_can_be_followed(self) -> TrainerConfig:
-        problems = schedule_problems(
-            kind=self.lr_scheduler_type,
-            warmup_ratio=self.warmup_ratio,
-            warmup_steps=self.warmup_steps,
-            cooldown_ratio=self.cooldown_ratio,
-            max_steps=self.max_steps,
-            max_seconds=self.max_seconds,
-        )
+        problems = schedule_problems(self)
         if problems:
             raise ValueError("; ".join(problems))
         return self

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import os
 import time
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from trainers.result import TrainerSetupError
 
@@ -34,18 +34,23 @@ class ScheduleError(TrainerSetupError):
     """The trial's budget cannot be honoured: start-up spent it before training could begin (the CLI: exit 2)."""
 
 
-def schedule_problems(
-    *,
-    kind: str,
-    warmup_ratio: float,
-    warmup_steps: int | None,
-    cooldown_ratio: float,
-    max_steps: int | None,
-    max_seconds: float | None,
-) -> list[str]:
+class ScheduleSettings(Protocol):
+    """The fields of a trainer config that say how its rate moves and when its trial ends (`TrainerConfig`)."""
+
+    lr_scheduler_type: ScheduleType
+    warmup_ratio: float
+    warmup_steps: int | None
+    cooldown_ratio: float
+    max_steps: int | None
+    max_seconds: float | None
+
+
+def schedule_problems(config: ScheduleSettings) -> list[str]:
     """Why this schedule cannot be followed as asked, one reason a line (empty: it can)."""
+    kind, warmup_ratio, cooldown_ratio = config.lr_scheduler_type, config.warmup_ratio, config.cooldown_ratio
+    warmup_steps, max_steps = config.warmup_steps, config.max_steps
     problems = []
-    if max_steps is None and max_seconds is None:
+    if max_steps is None and config.max_seconds is None:
         problems.append("a trial needs an end: set max_steps, max_seconds or both")
     if warmup_ratio + cooldown_ratio >= 1.0:
         problems.append(

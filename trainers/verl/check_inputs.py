@@ -8,10 +8,12 @@ here loads a model or a tokenizer.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Concatenate, ParamSpec
 
 from pydantic import BaseModel, Field
 
@@ -24,6 +26,7 @@ PROMPT_TYPES: dict[str, tuple[str, ...]] = {
     "safety": ("safe", "harm", "refus", "danger", "ethic", "illegal"),
     "medmcqa": ("medic", "clinic", "patient", "diagnos", "health", "doctor"),
 }
+P = ParamSpec("P")
 _UNFILLED = re.compile(r"\{\{[^}]*\}\}|<[A-Z][A-Z0-9_]*>|\bTODO\b|\bTBD\b")
 
 
@@ -47,14 +50,23 @@ class Report(BaseModel):
         return not self.problems
 
 
-def _text(path: Path) -> tuple[str | None, list[Problem]]:
-    """The file's text and the problems found so far: none, or why there is no text to check."""
-    if not path.is_file():
-        return None, [Problem(file=str(path), message="does not exist (or is not a file)")]
-    try:
-        return path.read_text(encoding="utf-8"), []
-    except UnicodeDecodeError as exc:
-        return None, [Problem(file=str(path), message=f"is not UTF-8 text (byte {exc.start})")]
+def _on_text(
+    check: Callable[Concatenate[Path, str, P], list[Problem]],
+) -> Callable[Concatenate[Path, P], list[Problem]]:
+    """A check of a file's text, run on a path: a missing or non-UTF-8 file is the one problem reported."""
+
+    @functools.wraps(check)
+    def on_path(path: Path, /, *args: P.args, **kwargs: P.kwargs) -> list[Problem]:
+        path = Path(path)
+        if not path.is_file():
+            return [Problem(file=str(path), message="does not exist (or is not a file)")]
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError as exc:
+            return [Problem(file=str(path), message=f"is not UTF-8 text (byte {exc.start})")]
+        return check(path, text, *args, **kwargs)
+
+    return on_path
 
 
 def _item_problem(value: object) -> str | None:
@@ -70,12 +82,10 @@ def _item_problem(value: object) -> str | None:
     return None
 
 
-def check_experience(path: Path) -> list[Problem]:
+@_on_text
+def check_experience(path: Path, text: str) -> list[Problem]:
     """A .json list (or {"experience": [...]}) or a .jsonl file of non-empty, distinct items."""
-    path = Path(path)
-    text, problems = _text(path)
-    if text is None:
-        return problems
+    problems: list[Problem] = []
     located: list[tuple[object, int | None, str]] = []  # (item, line, label used in messages)
     if path.suffix == ".jsonl":
         for number, raw in enumerate(text.splitlines(), start=1):
@@ -122,12 +132,10 @@ def check_experience(path: Path) -> list[Problem]:
     return problems
 
 
-def check_system_prompt(path: Path) -> list[Problem]:
+@_on_text
+def check_system_prompt(path: Path, text: str) -> list[Problem]:
     """Readable UTF-8 text, not empty, not absurdly long."""
-    path = Path(path)
-    text, problems = _text(path)
-    if text is None:
-        return problems
+    problems: list[Problem] = []
     if not text.strip():
         problems.append(Problem(file=str(path), message="system prompt is empty"))
     elif len(text) > MAX_SYSTEM_PROMPT_CHARS:
@@ -180,12 +188,10 @@ def system_prompt_warnings(path: Path, prompt_type: str | None = None) -> list[P
     return warnings
 
 
-def check_jsonl(path: Path, required: Iterable[str] = REQUIRED_FIELDS) -> list[Problem]:
+@_on_text
+def check_jsonl(path: Path, text: str, required: Iterable[str] = REQUIRED_FIELDS) -> list[Problem]:
     """Every line a JSON object with non-empty string `required` fields; ids, when present, unique."""
-    path = Path(path)
-    text, problems = _text(path)
-    if text is None:
-        return problems
+    problems: list[Problem] = []
     needed = tuple(required)
     ids: dict[str, int] = {}
     rows = 0
