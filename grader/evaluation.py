@@ -19,7 +19,6 @@ from typing import Any
 import torch
 from pydantic import BaseModel, Field
 
-from tasks.base import BatchScoring, Benchmark, MultiTurnBenchmark, PromptFormatting, Sample
 from grader.config import EvalConfig, pin_chat
 from grader.engines import (
     ENGINES,
@@ -33,7 +32,7 @@ from grader.engines import (
 from grader.prompts import chat_renderer
 from grader.stats import bootstrap_ci
 from tasks.answers import cut_at_stop
-from tasks.base import stop_strings
+from tasks.base import BatchScoring, Benchmark, MultiTurnBenchmark, PromptFormatting, Sample, stop_strings
 
 __all__ = [
     "ENGINES",
