@@ -3,9 +3,9 @@
 - "all": every trained checkpoint is submitted (the loop's behaviour before validation existed).
 - "improved" (default): a checkpoint is submitted only when it beats the reference beyond noise, where the reference
   is the best submitted trial by valid score (the base model before anything was submitted). "Beyond noise" is
-  either of two tests at 95%: the new valid CI's lower bound is above the reference's valid score, or the paired
-  bootstrap lower bound of the per-sample gain (both scored on the same valid samples) is above zero. A checkpoint
-  that is no better keeps its valid score and is recorded as not submitted, with the figures that decided it.
+  either of two tests at 95%: the lower bound of the gain in valid score, counting the noise of both scores, is above
+  zero, or the paired bootstrap lower bound of the per-sample gain (both scored on the same valid samples) is. A
+  checkpoint that is no better keeps its valid score and is recorded as not submitted, with the figures that decided it.
 - "final": nothing is submitted while the loop runs; at the end the best trial by valid score is submitted once.
 
 Under "improved" and "final" alike, a run ends by grading its best trial by valid score when the grader has not seen
@@ -25,6 +25,7 @@ from agent.loop.resources import RunResources
 from agent.loop.validation import (
     BASE_ID,
     clearly_apart,
+    gain_low,
     load_validation,
     paired_gain_low,
     paired_gain_mean,
@@ -42,9 +43,11 @@ SubmitPolicy = Literal["all", "improved", "final"]
 def beats_beyond_noise(new: Validation, ref: Validation, ref_name: str = "the reference") -> tuple[bool, str]:
     """(whether `new` is better than `ref` beyond noise, why in words: the test that passed, or what each of the two
     compared and fell short of). `ref_name` names the reference in those words (t02, the base model)."""
-    if new.ci_low > ref.score:
+    unpaired = gain_low(new, ref)
+    if unpaired > 0:
         return True, (
-            f"its valid CI's lower bound {new.ci_low:.3f} is above {ref_name}'s valid score {ref.score:.3f}"
+            f"its valid score {new.score:.3f} is above {ref_name}'s {ref.score:.3f} by at least {unpaired:+.3f} "
+            "(95% lower bound, both scores' noise counted)"
         )
     gain = paired_gain_low(new, ref)
     if gain is not None and gain > 0:
@@ -58,8 +61,8 @@ def beats_beyond_noise(new: Validation, ref: Validation, ref_name: str = "the re
         "bound, not above 0)"
     )
     return False, (
-        f"its valid CI's lower bound {new.ci_low:.3f} is not above {ref_name}'s valid score {ref.score:.3f}, and "
-        f"{paired}"
+        f"its valid score {new.score:.3f} against {ref_name}'s {ref.score:.3f} may be a gain as low as "
+        f"{unpaired:+.3f} (95% lower bound, both scores' noise counted), and {paired}"
     )
 
 
@@ -120,11 +123,11 @@ class Screened(RunResources):
         return EvalConfig(batch_size=self.config.eval_batch_size)
 
     def validation_of(
-        self, name: str, checkpoint: Path, *, reuse: bool = False, against: float | None = None
+        self, name: str, checkpoint: Path, *, reuse: bool = False, against: Validation | None = None
     ) -> Validation | None:
         """`checkpoint` scored on the valid split into trials/<name>/validation.json (None, with a warning, when
         it cannot be scored). `reuse`: an earlier file for the same name stands (the base model's, on resume).
-        `against`: the score it is judged against; scoring stops once it is clearly above or below it."""
+        `against`: the validation it is judged against; scoring stops once it is clearly above or below it."""
         out = validation_file(self.paths.trials_dir, name)
         if reuse and (earlier := load_validation(out)) is not None:
             return earlier
@@ -183,7 +186,7 @@ class Screened(RunResources):
         result = self.validation_of(
             record.trial_id,
             self.paths.checkpoint(record.checkpoint),
-            against=ref.score if ref is not None else None,
+            against=ref,
         )
         record.validation_s = round(time.monotonic() - started, 2)  # part of the trial's wall seconds
         if result is not None:

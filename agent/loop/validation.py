@@ -17,6 +17,7 @@ most games, and a search steered by that would keep its best checkpoints back.
 
 from __future__ import annotations
 
+import math
 import tempfile
 import time
 from collections.abc import Callable
@@ -168,14 +169,19 @@ def validate(
     return result
 
 
-def clearly_apart(scores: list[float], reference: float, *, level: float = EARLY_LEVEL) -> bool:
-    """Whether the scores so far are beyond doubt above or below `reference`: its score lies outside their
-    bootstrap interval at `level`, stricter than the 95% the decision itself uses, since the scores are looked at
-    several times. A validation sized by this stops where its answer is clear, not at a fixed count."""
+def clearly_apart(scores: list[float], reference: float | Validation, *, level: float = EARLY_LEVEL) -> bool:
+    """Whether the scores so far are beyond doubt above or below `reference`: their bootstrap interval at `level`,
+    stricter than the 95% the decision itself uses since the scores are looked at several times, clears it. A
+    reference that is a validation is itself an estimate: its whole 95% CI must be cleared, so a validation that
+    stops early above it is one `submission.beats_beyond_noise` accepts. A validation sized by this stops where its
+    answer is clear, not at a fixed count."""
     if len(scores) < 2:
         return False
+    ref_low, ref_high = (
+        (reference.ci_low, reference.ci_high) if isinstance(reference, Validation) else (reference, reference)
+    )
     low, high = bootstrap_ci(scores, resamples=1000, seed=0, level=level)
-    return low > reference or high < reference
+    return low > ref_high or high < ref_low
 
 
 def paired_gain_mean(new: Validation, ref: Validation) -> float | None:
@@ -185,6 +191,14 @@ def paired_gain_mean(new: Validation, ref: Validation) -> float | None:
     theirs = ref.by_id()
     diffs = [s.correct - theirs[s.id] for s in new.samples if s.id in theirs]
     return sum(diffs) / len(diffs) if diffs else None
+
+
+def gain_low(new: Validation, ref: Validation) -> float:
+    """The 95% lower bound of `new.score - ref.score` counting both scores' noise: the half-widths of the two CIs on
+    the sides that meet, combined in quadrature (Newcombe's hybrid interval for a difference). A reference scored on
+    few samples (its validation stopped once clearly above its own reference) is itself uncertain: comparing `new`'s
+    CI with its point score alone took a copy of the reference, scored on more samples, for a gain."""
+    return new.score - ref.score - math.hypot(new.score - new.ci_low, ref.ci_high - ref.score)
 
 
 def paired_gain_low(

@@ -28,8 +28,8 @@ def test_oel_rounds_extract_and_consolidate(tmp_path: Path) -> None:
             train_file=root / "train8.jsonl",
             eval_file=root / "train8.jsonl",
             output_dir=out,
-            # calibrated on the tiny policy across CPU kernel sets (ATEN_CPU_CAPABILITY): round 1 KL falls to 0.11x
-            # (avx2) and 0.30x (default); 10 steps at 2e-3 fell to 0.15x on avx512 but rose to 2.0x on avx2
+            # calibrated on the tiny policy across CPU kernel sets (below); 10 steps at 2e-3 fell to 0.15x on
+            # avx512 but rose to 2.0x on avx2
             learning_rate=1.5e-3,
             lr_scheduler_type="constant",  # calibrated at a constant rate; schedules: test_schedule.py
             warmup_ratio=0.0,
@@ -44,10 +44,12 @@ def test_oel_rounds_extract_and_consolidate(tmp_path: Path) -> None:
     )
     rounds = logged_history(out)
     assert [r["round"] for r in rounds] == [1, 2] and result.steps == 40
-    # round 1 distils a context the policy has never seen: its KL to the context-reading teacher must fall (mean of
-    # the last 3 steps against the first 3: 0.11x on avx2, 0.30x on the default kernels, 0.52x on avx512 whose
-    # last step bounced from 0.17 to 0.28; an untrained policy stays near 1x)
-    assert rounds[0]["kl_end"] < 0.7 * rounds[0]["kl_start"], rounds[0]
+    # round 1 distils a context the policy has never seen: its KL to the context-reading teacher must fall. kl_start
+    # and kl_end are medians of the round's first and last 5 steps; measured 2026-12-06 on one machine's three CPU
+    # kernel sets (ATEN_CPU_CAPABILITY), trained: 0.60x (default), 0.33x (avx2), 0.09x (avx512); the same round at a
+    # learning rate of 1e-12 (no training): 0.99x, 1.12x, 1.12x. Means of three steps failed on avx512 (0.73x): one
+    # sampled step's KL can be 10x its neighbours'.
+    assert rounds[0]["kl_end"] < 0.75 * rounds[0]["kl_start"], rounds[0]
     for r in rounds:
         assert r["new_items"] > 0 and r["experience"]  # the weak policy fails, so feedback items appear
         assert r["steps"] == 20

@@ -9,15 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from agent.core.records import Proposal, ProposalContext
+from agent.core.records import Proposal, ProposalContext, Validation, ValidSample
 from agent.loop.submission import should_submit
-from agent.loop.validation import BASE_ID, load_validation, valid_samples, validate
+from agent.loop.validation import BASE_ID, clearly_apart, gain_low, load_validation, valid_samples, validate
 from agent.proposers import PROPOSERS
 from agent.proposers.base import SearchDone
 from agent.run.config import RunConfig
 from grader.benchmarks import get_benchmark
 from grader.config import EvalConfig
 from grader.evaluation import evaluate
+from grader.stats import bootstrap_ci
 
 
 @pytest.fixture(scope="module")
@@ -101,15 +102,43 @@ def test_a_copy_of_the_reference_is_not_submitted(
         copy, base_model=tiny_model_dir, samples=arith_samples, benchmark=bench, config=EvalConfig()
     )
     go, why = should_submit("improved", new, ref, "the base model")
-    # the words say what each test compared: the CI's lower bound against the score, and the paired gain against 0
+    # the words say what each test compared: the gain counting both scores' noise, and the paired gain, against 0
     assert not go and why.startswith("not submitted: not better than the base model beyond noise")
     assert (
-        f"its valid CI's lower bound {new.ci_low:.3f} is not above the base model's valid score {ref.score:.3f}"
-        in why
+        f"its valid score {new.score:.3f} against the base model's {ref.score:.3f} may be a gain as low as "
+        f"{gain_low(new, ref):+.3f} (95% lower bound, both scores' noise counted)" in why
     )
     assert "its gain over the base model may be as low as +0.000 (95% lower bound, not above 0)" in why
     assert should_submit("all", new, ref, "base model")[0]
     assert not should_submit("final", new, ref, "base model")[0]
+
+
+def _validation(correct: list[float]) -> Validation:
+    low, high = bootstrap_ci(correct, resamples=1000, seed=0)
+    samples = [
+        ValidSample(id=str(i), prompt="", expected="", got="", correct=c) for i, c in enumerate(correct)
+    ]
+    return Validation(
+        score=sum(correct) / len(correct), n=len(correct), ci_low=low, ci_high=high, samples=samples
+    )
+
+
+def test_a_copy_of_a_reference_scored_on_few_samples_is_not_a_gain() -> None:
+    """The reference stopped after 100 samples (clearly above its own reference) with a low 0.200; a copy of its
+    weights scored all 300, the first 100 answered alike, at 0.263. Its CI's lower bound is above 0.200, which the
+    rule before 2026-12-06 took for a gain (a CI against a point score that is itself an estimate); counting both
+    scores' noise, and paired on the shared samples, there is none."""
+    first = [1.0] * 20 + [0.0] * 80
+    ref = _validation(first)
+    new = _validation(first + [1.0] * 59 + [0.0] * 141)
+    assert new.ci_low > ref.score  # what the old rule compared
+    go, why = should_submit("improved", new, ref, "t01")
+    assert not go and gain_low(new, ref) < 0, why
+    assert "its gain over t01 may be as low as +0.000 (95% lower bound, not above 0)" in why
+    # validation's early stop agrees with the decision: the copy's scores never clear the reference's whole CI
+    assert not clearly_apart([s.correct for s in new.samples], ref)
+    assert clearly_apart([1.0] * 30, ref) and clearly_apart([0.0] * 60, ref)
+    assert should_submit("improved", _validation([1.0] * 45 + [0.0] * 55), ref, "t01")[0]
 
 
 class _CopyParent:
@@ -186,7 +215,7 @@ def test_improved_skips_a_checkpoint_that_is_no_better(
     common = first.keys() & second.keys()
     assert len(common) >= 100 and all(first[i] == second[i] for i in common)
     assert t2["submission_note"].startswith(
-        "not submitted: not better than t01 beyond noise: its valid CI's lower"
+        "not submitted: not better than t01 beyond noise: its valid score"
     )
     assert state["submissions"] == 1 == summary["submissions"] == summary["trials_submitted"]
     assert summary["trials_trained"] == 2 and summary["not_submitted"][0]["trial_id"] == "t02"
