@@ -14,6 +14,7 @@ __all__ = [
     "Operator",
     "Proposal",
     "ProposalContext",
+    "TrialOutcome",
     "TrialRecord",
     "TrialStatus",
     "ValidSample",
@@ -76,35 +77,40 @@ class Proposal(BaseModel):
         return data
 
 
-class TrialRecord(BaseModel):
-    """One trial as the loop remembers it: enough for a proposer to learn from and a person to audit."""
+class TrialOutcome(BaseModel):
+    """What a trial came to: the fields the loop records (`TrialRecord`) and the service shows (its TrialView)
+    alike, defined once so a field added here reaches both."""
 
-    trial_id: str
-    index: int
-    proposal: Proposal
-    status: TrialStatus = "pending"
     score: float | None = None  # the grader's (public) score of this trial's checkpoint
     submission_id: int | None = None
-    train_metrics: dict[str, float] = Field(default_factory=dict)
     error: str | None = None  # one line: what broke
-    log_tail: str = ""
     duration_s: float = 0.0  # the host's seconds from preparing the trial to its sandbox's end
-    validation_s: float = 0.0  # the host's seconds validating its checkpoint
-    checkpoint: str | None = (
-        None  # the trial's output checkpoint, relative to the run folder (trials/<id>/output)
-    )
-    # its digest (sandbox.untrusted.tree_digest) when the trial ended: checked before it is used as a parent or
-    # reported as the run's best, and against the one the grader took of what it scored
-    checkpoint_sha256: str | None = None
-    grading: dict[str, Any] = Field(default_factory=dict)  # the grader's answer to this trial's submission
+    train_metrics: dict[str, float] = Field(default_factory=dict)
     approval: dict[str, Any] | None = None  # who decided, when, why (when the approval policy gated it)
-    sandbox: dict[str, Any] = Field(default_factory=dict)  # backend and image digest the trial ran with
     # the checkpoint's score on the workspace's public valid split (agent.loop.validation), free of any submission
     valid_score: float | None = None
     valid_ci_low: float | None = None
     valid_ci_high: float | None = None
     valid_n: int | None = None
     submission_note: str | None = None  # why the submission policy sent it to the grader or kept it back
+
+
+class TrialRecord(TrialOutcome):
+    """One trial as the loop remembers it: enough for a proposer to learn from and a person to audit."""
+
+    trial_id: str
+    index: int
+    proposal: Proposal
+    status: TrialStatus = "pending"
+    log_tail: str = ""
+    validation_s: float = 0.0  # the host's seconds validating its checkpoint
+    # the trial's output checkpoint, relative to the run folder (trials/<id>/output)
+    checkpoint: str | None = None
+    # its digest (sandbox.untrusted.tree_digest) when the trial ended: checked before it is used as a parent or
+    # reported as the run's best, and against the one the grader took of what it scored
+    checkpoint_sha256: str | None = None
+    grading: dict[str, Any] = Field(default_factory=dict)  # the grader's answer to this trial's submission
+    sandbox: dict[str, Any] = Field(default_factory=dict)  # backend and image digest the trial ran with
 
     @computed_field  # type: ignore[prop-decorator]
     @property

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 
-from agent.core import Proposal
+from agent.core import Proposal, TrialOutcome
 from agent.loop import Decision
 from agent.run import RunConfig
 from agent.service.page_schemas import ApprovalContext
@@ -109,8 +109,8 @@ class RunSummary(BaseModel):
     links: Links
 
 
-class TrialView(BaseModel):
-    """One trial of a run, from the checkpointed state."""
+class TrialView(TrialOutcome):
+    """One trial of a run, from the checkpointed state: its proposal's head and what it came to."""
 
     trial_id: str
     index: int
@@ -119,19 +119,8 @@ class TrialView(BaseModel):
     hypothesis: str
     hyperparameters: dict[str, Any] = Field(default_factory=dict)
     init_from: str | None = None
-    score: float | None = None
-    submission_id: int | None = None
-    error: str | None = None
-    duration_s: float = 0.0
-    train_metrics: dict[str, float] = Field(default_factory=dict)
-    approval: dict[str, Any] | None = None
     parent: str | None = None
     operator: str | None = None
-    valid_score: float | None = None
-    valid_ci_low: float | None = None
-    valid_ci_high: float | None = None
-    valid_n: int | None = None
-    submission_note: str | None = None
 
 
 class RunDetail(RunSummary):

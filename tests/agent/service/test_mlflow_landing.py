@@ -225,7 +225,9 @@ def test_the_score_plot_is_one_click_from_the_landing_and_one_link_from_the_run_
         b.click("input[name=runs-view-mode][value=CHART]")
         b.wait(f"document.body.innerText.includes('{RUN} (score)')", timeout=60)  # the line chart's legend
         assert "compareRunsMode=CHART" in b.eval("location.hash")
-        assert "Step" in b.eval("document.body.innerText")  # a line over steps (submissions), not a bar
+        # a line over steps (submissions), not a bar; its axis is drawn after the legend (a read at once missed it
+        # on a loaded machine)
+        b.wait("document.body.innerText.includes('Step')", timeout=60)
     link = scores_url(store.run_url)
     assert link == store.run_url.replace("?", "/model-metrics?")
     with chromium(tmp_path / "direct") as b:
