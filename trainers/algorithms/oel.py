@@ -209,9 +209,10 @@ def run(config: OELConfig) -> TrainResult:
             kls = [row["kl"] for row in history]
             # medians of the first / last quarter of the round (3 steps at least): a step's KL is sampled on the
             # student's own continuations, and one hard batch lifts it 10x above its neighbours (2.4 among 0.1s)
+            # (NaN when the trial's time ran out before the round's first step, as the means gave)
             edge = max(3, len(kls) // 4)
-            round_row["kl_start"] = statistics.median(kls[:edge])
-            round_row["kl_end"] = statistics.median(kls[-edge:])
+            round_row["kl_start"] = statistics.median(kls[:edge]) if kls else float("nan")
+            round_row["kl_end"] = statistics.median(kls[-edge:]) if kls else float("nan")
             round_row["steps"] = len(history)
         round_row["eval_accuracy"] = op.evaluate(policy, tokenizer, config)
         rounds.append(round_row)
