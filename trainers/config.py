@@ -57,12 +57,14 @@ class TrainerConfig(BaseModel):
     )
     warmup_ratio: Share = Field(
         default=0.05,
-        description="Share of the trial spent warming the rate up from 0 (skipped when the optimizer is continued).",
+        description="Share of the trial (of its line, with schedule_from/schedule_to) spent warming the rate up "
+        "from 0 (skipped when the optimizer is continued).",
     )
     warmup_steps: int | None = Field(
         default=None,
         ge=0,
-        description="Warm-up in optimizer steps instead of warmup_ratio (a time-boxed trial may not reach them).",
+        description="Warm-up in optimizer steps instead of warmup_ratio (a time-boxed trial may not reach them); "
+        "only a trial that starts its line (schedule_from 0) warms up.",
     )
     cooldown_ratio: Share = Field(
         default=0.0,
@@ -73,6 +75,20 @@ class TrainerConfig(BaseModel):
         ge=0.0,
         le=1.0,
         description="Where a decay or cool-down ends, as a share of the peak rate.",
+    )
+    schedule_from: Share = Field(
+        default=0.0,
+        description="Where in its line's schedule this trial starts (0: the line's start). A line of trials, each "
+        "continuing the one before (init_from, resume_optimizer), splits one schedule between them: the second of "
+        "four covers 0.25 to 0.5, so the four warm up once and decay once, as one run of their total length would. "
+        "warmup_ratio and cooldown_ratio are then shares of the whole line.",
+    )
+    schedule_to: float = Field(
+        default=1.0,
+        gt=0.0,
+        le=1.0,
+        description="Where in its line's schedule this trial ends (1: the line's end, where a decay reaches "
+        "min_lr_ratio). A trial that is not the line's last stops short of the decay's end.",
     )
     max_train_samples: int | None = Field(
         default=None, description="Use only the first N samples of train_file; None uses all."

@@ -120,6 +120,11 @@ def finish_run(
             "schedule_progress": round(pace.rate.last_progress, 4) if pace.steps else 0.0,
             "lr_last": last if pace.steps else None,
         }
+        if pace.steps and pace.rate.span != (
+            0.0,
+            1.0,
+        ):  # a part of a line's schedule: where in the line it ended
+            timing["line_progress"] = round(pace.rate.line_progress(pace.rate.last_progress), 4)
         if pace.steps and pace.rate.last_progress < 0.9 and config.lr_scheduler_type != "constant":
             log(
                 f"the {config.lr_scheduler_type} schedule was followed to {pace.rate.last_progress:.0%} only "

@@ -46,6 +46,11 @@ class TrainResult(BaseModel):
         description="How far through its learning-rate schedule the trial got (1: to its end; less: the rate "
         "never reached where the schedule ends, e.g. a warm-up or decay longer than the trial).",
     )
+    line_progress: float | None = Field(
+        default=None,
+        description="For a trial that covers a part of its line's schedule (schedule_from, schedule_to): how far "
+        "through the line's schedule it got.",
+    )
     lr_last: float | None = Field(default=None, description="The learning rate of the last step taken.")
     samples_per_second: float | None = Field(
         default=None, description="Training samples (completions, pairs) consumed per second of training."

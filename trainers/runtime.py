@@ -287,6 +287,7 @@ class Pace:
             warmup_steps=config.warmup_steps,
             cooldown_ratio=config.cooldown_ratio,
             min_lr_ratio=config.min_lr_ratio,
+            span=(config.schedule_from, config.schedule_to),
         )
         self.steps = 0
         self.factors: list[float] = []  # each step's share of the peak rate, in order

@@ -43,6 +43,8 @@ class ScheduleSettings(Protocol):
     cooldown_ratio: float
     max_steps: int | None
     max_seconds: float | None
+    schedule_from: float
+    schedule_to: float
 
 
 def schedule_problems(config: ScheduleSettings) -> list[str]:
@@ -61,6 +63,11 @@ def schedule_problems(config: ScheduleSettings) -> list[str]:
         problems.append(
             f"the warm-up ({warmup_steps} steps) is as long as the whole trial (max_steps {max_steps}); "
             "use warmup_ratio, or fewer warm-up steps"
+        )
+    if config.schedule_from >= config.schedule_to:
+        problems.append(
+            f"schedule_from ({config.schedule_from}) must be before schedule_to ({config.schedule_to}): a trial "
+            "covers a part of its line's schedule, from one point to a later one"
         )
     if cooldown_ratio > 0 and kind in ("linear", "cosine"):
         problems.append(
@@ -219,7 +226,11 @@ class TrialClock:
 
 
 class LearningRate:
-    """The schedule of one trial: the peak rate of each optimizer, scaled by `lr_factor` at each step."""
+    """The schedule of one trial: the peak rate of each optimizer, scaled by `lr_factor` at each step.
+
+    A trial may cover only a part of its line's schedule (`span`, from `schedule_from` to `schedule_to`): a line of
+    continued trials splits one warm-up and one decay between them, so k trials train as one run of their total
+    length would, instead of warming up and decaying k times. Shares (warm-up, cool-down) are then of the line."""
 
     def __init__(
         self,
@@ -230,6 +241,7 @@ class LearningRate:
         warmup_steps: int | None,
         cooldown_ratio: float,
         min_lr_ratio: float,
+        span: tuple[float, float] = (0.0, 1.0),
     ) -> None:
         self.clock = clock
         self.kind = kind
@@ -237,20 +249,36 @@ class LearningRate:
         self.warmup_steps = warmup_steps
         self.cooldown = cooldown_ratio
         self.floor = min_lr_ratio
+        self.span = span
         self.last_factor = 0.0
         self.last_progress = 0.0
         self.skip_warmup = False
 
+    def line_progress(self, progress: float) -> float:
+        """Where in its line's schedule the trial is at `progress` of its own training."""
+        start, end = self.span
+        return start + progress * (end - start)
+
     def factor(self, step: int) -> float:
         """The multiplier for step `step` (0-based): warm-up by steps when `warmup_steps` is set, else by share."""
         progress = self.clock.progress(step)
-        warmup = 0.0 if self.skip_warmup else self.warmup_ratio
-        if self.warmup_steps is not None and not self.skip_warmup:  # 0: no warm-up at all, not the ratio's
+        warmup = self.warmup_ratio
+        if self.warmup_steps is not None:  # 0: no warm-up at all, not the ratio's
             warmup = 0.0
-            if step < self.warmup_steps:
+            # a ramp in this trial's own steps: only a trial that starts its line warms up
+            if step < self.warmup_steps and not self.skip_warmup and self.span[0] == 0.0:
                 self.last_progress, self.last_factor = progress, step / self.warmup_steps
                 return self.last_factor
-        value = lr_factor(progress, kind=self.kind, warmup=warmup, cooldown=self.cooldown, floor=self.floor)
+        line = self.line_progress(progress)
+        # a continued optimizer skips the ramp (its moments are warm), not the warm-up's share of the schedule:
+        # the decay after it keeps the shape one uninterrupted run has
+        value = lr_factor(
+            max(line, warmup) if self.skip_warmup else line,
+            kind=self.kind,
+            warmup=warmup,
+            cooldown=self.cooldown,
+            floor=self.floor,
+        )
         self.last_progress, self.last_factor = progress, value
         return value
 
@@ -265,7 +293,10 @@ class LearningRate:
 
     def figures(self) -> dict[str, float]:
         """What metrics.json reports of the schedule: where it ended, so a proposer sees whether it happened."""
-        return {
+        figures = {
             "schedule_progress": round(self.last_progress, 4),
             "lr_factor_last": round(self.last_factor, 6),
         }
+        if self.span != (0.0, 1.0):
+            figures["line_progress"] = round(self.line_progress(self.last_progress), 4)
+        return figures

@@ -18,7 +18,7 @@ from pydantic import ValidationError
 from tests.trainers.conftest import run_trainers
 from trainers.algorithms.sft import SFTRecipeConfig
 from trainers.registry import get_recipe
-from trainers.schedule import ScheduleError, TrialClock, lr_factor
+from trainers.schedule import LearningRate, ScheduleError, TrialClock, lr_factor
 
 
 def test_the_shapes_warm_up_then_decay_or_hold_then_cool_down() -> None:
@@ -41,6 +41,27 @@ def test_a_schedule_that_cannot_be_followed_is_refused_with_the_reason() -> None
         SFTRecipeConfig.model_validate({**base, "lr_scheduler_type": "linear", "cooldown_ratio": 0.2})
     with pytest.raises(ValidationError, match="a trial needs an end"):
         SFTRecipeConfig.model_validate({**base, "max_steps": None})
+    with pytest.raises(ValidationError, match="must be before schedule_to"):
+        SFTRecipeConfig.model_validate({**base, "schedule_from": 0.5, "schedule_to": 0.5})
+
+
+def test_a_line_of_trials_follows_one_schedule_between_them() -> None:
+    """Four trials covering a quarter of their line's schedule each take, step for step, the rates one run of their
+    total length takes: one warm-up (a share of the line), one decay, no restart at each trial."""
+
+    def rates(steps: int, span: tuple[float, float]) -> list[float]:
+        clock = TrialClock(None, steps)
+        clock.begin_training()
+        rate = LearningRate(
+            clock, kind="linear", warmup_ratio=0.1, warmup_steps=None, cooldown_ratio=0.0, min_lr_ratio=0.0,
+            span=span,
+        )  # fmt: skip
+        return [rate.factor(step) for step in range(steps)]
+
+    whole = rates(40, (0.0, 1.0))
+    pieces = [r for i in range(4) for r in rates(10, (i / 4, (i + 1) / 4))]
+    assert pieces == pytest.approx(whole)
+    assert max(rates(10, (0.25, 0.5))) < 0.85  # a middle piece neither warms up again nor returns to the peak
 
 
 def test_the_clock_counts_start_up_and_keeps_back_saving_and_the_hosts_reserve() -> None:
@@ -148,3 +169,50 @@ def test_a_budget_spent_before_training_is_one_clear_line(
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "max_seconds=0.5 leaves no time to train: start-up and loading took" in proc.stderr
     assert not (tmp_path / "out" / "metrics.json").exists()
+
+
+@pytest.mark.slow
+def test_two_continued_sft_trials_take_the_rates_of_one_run(
+    tmp_path: Path, tiny_model_dir: Path, arith_train_file: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """A line cut in two: the second trial continues the first's optimizer and the second half of its schedule, so
+    the two together step at exactly the rates of one 20-step run (its warm-up once, its decay once)."""
+    entry = get_recipe("sft")
+    common = {
+        "train_file": arith_train_file,
+        "per_device_train_batch_size": 16,
+        "max_train_samples": 400,
+        "logging_steps": 1,
+        "warmup_ratio": 0.2,
+    }
+
+    def run(out: str, model: Path, steps: int, span: tuple[float, float], resume: bool) -> list[float]:
+        config = entry.config_class.model_validate(
+            {
+                **common,
+                "model_path": model,
+                "output_dir": tmp_path / out,
+                "max_steps": steps,
+                "schedule_from": span[0],
+                "schedule_to": span[1],
+                "resume_optimizer": resume,
+            }
+        )
+        result = entry.run(config)
+        assert result.steps == steps
+        return [
+            row["learning_rate"]
+            for line in (tmp_path / out / "log_history.jsonl").read_text().splitlines()
+            if "learning_rate" in (row := json.loads(line))
+        ]
+
+    whole = run("whole", tiny_model_dir, 20, (0.0, 1.0), False)
+    first = run("first", tiny_model_dir, 10, (0.0, 0.5), False)
+    capfd.readouterr()
+    second = run("second", tmp_path / "first", 10, (0.5, 1.0), True)
+    assert (
+        "continuing the starting checkpoint's optimizer (Adam's moments at step 10)" in capfd.readouterr().out
+    )
+    assert first + second == pytest.approx(whole, rel=1e-6)
+    metrics = json.loads((tmp_path / "second" / "metrics.json").read_text())
+    assert metrics["line_progress"] == pytest.approx(0.95)  # its last step: the line's 20th, begun at 19/20
