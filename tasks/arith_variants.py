@@ -8,6 +8,7 @@ same reserve) and changes only the public data a trial is handed, in a way post-
 - `arith-few`: only a few hundred train prompts carry an answer; the rest, and valid, are prompts alone (answer "").
 - `arith-verbose`: every answer is written as a sentence ("The answer is 95."), while the grader reads the first
   number written right after '='.
+- `arith-messy`: both at once: sentences, a share of them wrong (a filter and a reformat, neither enough alone).
 
 Their score is the verifier (`ArithBenchmark.verify`: the result computed from the prompt), so a wrong or missing
 answer in the data never changes what a completion scores; on the clean test split it equals arith's score.
@@ -121,4 +122,28 @@ class ArithVerboseBenchmark(_ArithVariant):
         return sample.model_copy(update={"answer": VERBOSE_TEMPLATE.format(answer=sample.answer)})
 
 
-VARIANTS: tuple[type[_ArithVariant], ...] = (ArithNoisyBenchmark, ArithFewBenchmark, ArithVerboseBenchmark)
+class ArithMessyBenchmark(_ArithVariant):
+    """arith-noisy's slips written as arith-verbose's sentences: two things wrong with the data at once."""
+
+    name = "arith-messy"
+    description = (
+        f"{_AS_ARITH}. The train and valid answers are written as sentences "
+        f"('{VERBOSE_TEMPLATE.format(answer=95)}'), and about {NOISE_SHARE:.0%} of them are wrong (near misses: a "
+        "careless annotator's slips); the grader reads the first number written right after '=' (6 new tokens at "
+        "most, cut at a space or newline). The score is exact: that number against the result computed from the "
+        "prompt, not against the answer column."
+    )
+
+    def _rewrite(self, sample: Sample, index: int, split: str) -> Sample:
+        answer = sample.answer
+        if _unit(self.name, sample.prompt) < NOISE_SHARE:
+            answer = near_miss(sample.prompt, answer)
+        return sample.model_copy(update={"answer": VERBOSE_TEMPLATE.format(answer=answer)})
+
+
+VARIANTS: tuple[type[_ArithVariant], ...] = (
+    ArithNoisyBenchmark,
+    ArithFewBenchmark,
+    ArithVerboseBenchmark,
+    ArithMessyBenchmark,
+)

@@ -33,7 +33,12 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from tasks.arith import ArithBenchmark
-from tasks.arith_variants import ArithFewBenchmark, ArithNoisyBenchmark, ArithVerboseBenchmark
+from tasks.arith_variants import (
+    ArithFewBenchmark,
+    ArithMessyBenchmark,
+    ArithNoisyBenchmark,
+    ArithVerboseBenchmark,
+)
 from tasks.atomic import atomic_write_lines
 from tasks.base import Benchmark, Sample, Split, public_split
 from tasks.countdown import CountdownBenchmark
@@ -52,6 +57,7 @@ BUILTINS: dict[str, Callable[[], Benchmark]] = {
     "arith-noisy": ArithNoisyBenchmark,
     "arith-few": ArithFewBenchmark,
     "arith-verbose": ArithVerboseBenchmark,
+    "arith-messy": ArithMessyBenchmark,
     "gsm8k": GSM8KBenchmark,
     "countdown": CountdownBenchmark,
     "frozenlake": FrozenLakeBenchmark,

@@ -6,11 +6,12 @@ from __future__ import annotations
 from grader.benchmarks.arith import test_split
 from grader.benchmarks.base import HiddenTestHalf
 from tasks.arith_variants import ArithFewBenchmark as PublicArithFew
+from tasks.arith_variants import ArithMessyBenchmark as PublicArithMessy
 from tasks.arith_variants import ArithNoisyBenchmark as PublicArithNoisy
 from tasks.arith_variants import ArithVerboseBenchmark as PublicArithVerbose
 from tasks.base import Sample
 
-__all__ = ["ArithFewBenchmark", "ArithNoisyBenchmark", "ArithVerboseBenchmark"]
+__all__ = ["ArithFewBenchmark", "ArithMessyBenchmark", "ArithNoisyBenchmark", "ArithVerboseBenchmark"]
 
 
 class _TestHalf(HiddenTestHalf):
@@ -34,4 +35,8 @@ class ArithFewBenchmark(_TestHalf, PublicArithFew):
 
 
 class ArithVerboseBenchmark(_TestHalf, PublicArithVerbose):
+    pass
+
+
+class ArithMessyBenchmark(_TestHalf, PublicArithMessy):
     pass

@@ -12,7 +12,12 @@ from collections.abc import Callable
 from typing import Any
 
 from grader.benchmarks.arith import ArithBenchmark
-from grader.benchmarks.arith_variants import ArithFewBenchmark, ArithNoisyBenchmark, ArithVerboseBenchmark
+from grader.benchmarks.arith_variants import (
+    ArithFewBenchmark,
+    ArithMessyBenchmark,
+    ArithNoisyBenchmark,
+    ArithVerboseBenchmark,
+)
 from grader.benchmarks.countdown import CountdownBenchmark
 from grader.benchmarks.frozenlake import FrozenLakeBenchmark
 from grader.benchmarks.gsm8k import GSM8KBenchmark
@@ -53,6 +58,7 @@ TEST_HALVES: tuple[type[Any], ...] = (
     ArithNoisyBenchmark,
     ArithFewBenchmark,
     ArithVerboseBenchmark,
+    ArithMessyBenchmark,
     GSM8KBenchmark,
     CountdownBenchmark,
     FrozenLakeBenchmark,

@@ -90,7 +90,9 @@ def test_countdown_reference_solutions_score_and_parser_is_safe() -> None:
     assert evaluate_expression("7 / 2")[0] * 2 == 7
 
 
-@pytest.mark.parametrize("name", ["arith", "countdown", "arith-noisy", "arith-few", "arith-verbose"])
+@pytest.mark.parametrize(
+    "name", ["arith", "countdown", "arith-noisy", "arith-few", "arith-verbose", "arith-messy"]
+)
 def test_procedural_test_splits_come_from_the_seed_and_never_overlap_train(name: str) -> None:
     first, again, other = (get_benchmark(name, seed).load("test") for seed in (7, 7, 8))
     assert [s.model_dump() for s in first] == [s.model_dump() for s in again]  # one seed, one test set
@@ -104,7 +106,7 @@ def test_procedural_test_splits_come_from_the_seed_and_never_overlap_train(name:
 
 def test_arith_variants_are_graded_on_arith_s_clean_test_split() -> None:
     arith = get_benchmark("arith", 11).load("test")
-    for name in ("arith-noisy", "arith-few", "arith-verbose"):
+    for name in ("arith-noisy", "arith-few", "arith-verbose", "arith-messy"):
         test = get_benchmark(name, 11).load("test")
         assert [(s.prompt, s.answer) for s in test] == [(s.prompt, s.answer) for s in arith], name
         assert test[0].id == f"{name}-test-0"

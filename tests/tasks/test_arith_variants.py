@@ -60,3 +60,14 @@ def test_verbose_answers_are_sentences_the_grader_would_not_parse() -> None:
     assert row.answer == VERBOSE_TEMPLATE.format(answer=right.answer) and row.id == "arith-verbose-valid-0"
     assert verbose.score("The", row) == 0.0  # the grader cuts at the first space: what a verbose model writes
     assert verbose.score(right.answer, Sample(id="x", prompt=row.prompt, answer="")) == 1.0
+
+
+def test_messy_answers_are_sentences_with_slips_and_the_verifier_still_decides() -> None:
+    messy, clean = get_benchmark("arith-messy"), get_benchmark("arith")
+    rows, reference = messy.load("train"), clean.load("train")
+    assert all(r.answer.startswith("The answer is ") for r in rows)
+    said = [r.answer.removeprefix("The answer is ").rstrip(".") for r in rows]
+    wrong = sum(1 for s, c in zip(said, reference, strict=True) if s != c.answer)
+    assert abs(wrong / len(rows) - NOISE_SHARE) < 0.05
+    row, right = next((r, c) for r, c, s in zip(rows, reference, said, strict=True) if s != c.answer)
+    assert messy.score(right.answer, row) == 1.0 and messy.score(row.answer, row) == 0.0

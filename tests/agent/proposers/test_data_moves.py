@@ -52,6 +52,7 @@ def _context(workspace: Path, benchmark: str) -> ProposalContext:
         ("arith-noisy", [{"filter_by_verifier": True}], False),
         ("arith-verbose", [{"answer_format": "final_number"}], False),
         ("arith-few", [], True),
+        ("arith-messy", [{"answer_format": "final_number"}, {"filter_by_verifier": True}], False),
     ],
 )
 def test_the_data_call_for_their_moves(
