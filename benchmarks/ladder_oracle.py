@@ -177,6 +177,20 @@ GRIDS: dict[str, Grid] = {
         ),
         "data in a format the grader does not parse: reformat",
     ),
+    # sentences, 40% of them slips: a reformat and a filter at once (each alone leaves the other defect)
+    "arith-messy": Grid(
+        800,
+        (
+            route(
+                "sft on the final numbers of the rows the verifier accepts",
+                sft(800, answer_format="final_number", filter_by_verifier=True),
+            ),
+            route("the same, lr 2e-3", sft(800, 2e-3, answer_format="final_number", filter_by_verifier=True)),
+            route("sft on the final numbers only", sft(800, answer_format="final_number")),
+            route("sft on the verifier's rows only", sft(800, filter_by_verifier=True)),
+        ),
+        "two defects at once: reformat and filter together",
+    ),
 }
 SMOKE = Grid(
     3,

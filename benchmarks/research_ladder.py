@@ -38,7 +38,7 @@ paired by seed; then the rung's property check:
   pairs were compared.
 
 `--quick`: the arith-noisy rung at four 16-s trials, 3 seeds of (a) and the built-in default; `--smoke` (the suite's check that it runs end to end):
-one seed, two 4-second trials, (a) and the tree, nothing ranked. `--plots DIR` writes one PNG per rung.
+one seed, two 10-second trials' worth, (a) and the built-in default, nothing ranked. `--plots DIR` writes one PNG per rung.
 """
 
 from __future__ import annotations
@@ -71,15 +71,16 @@ POLICIES = (
     "random",
     "greedy",
     "tree",
+    "lines",
     "halving",
     "optuna",
     "tree-optuna",
     "cmaes",
     "memory",
 )
-DEFAULT_POLICIES = ("once", "seeds", "random", "greedy", "tree", "halving", "optuna")
+DEFAULT_POLICIES = ("once", "seeds", "tree", "lines", "halving")
 PROPOSER = {
-    "once": "fixed", "seeds": "fixed", "random": "random", "greedy": "greedy", "tree": "tree", "memory": "tree",
+    "once": "fixed", "seeds": "fixed", "random": "random", "greedy": "greedy", "tree": "tree", "memory": "tree", "lines": "lines",
     "halving": "halving", "optuna": "optuna", "cmaes": "cmaes", "tree-optuna": "tree-optuna",
 }  # fmt: skip
 # Optuna's samplers act only past their random start-up: they get the same compute cut into this many times the
@@ -102,6 +103,8 @@ class Rung:
     trials: int
     eval_limit: int = 400  # hidden test samples (half public, half private)
     valid_limit: int = 300
+    seeds: int = 3  # at least this many seeds (more where (a) itself spreads widely)
+    policies: tuple[str, ...] | None = None  # only these of the policies asked for (None: all of them)
 
 
 RUNGS: dict[str, Rung] = {
@@ -114,7 +117,8 @@ RUNGS: dict[str, Rung] = {
     # part of its learning curve (~60% at 400 build steps), so where a short budget ends depends on the choices.
     # Measured (5 policies x 3 seeds, 2026-12-03): base 0.150, one trial 0.150, best reached 0.500 (+35 points); SFT
     # continued from a checkpoint against SFT from the base model, 10.3 SE apart
-    "sokoban1": Rung("sokoban1", "tiny-sokoban", "sft,grpo", trial_seconds=16, trials=5),
+    # (a) spread 0.46-0.80 over 3 seeds in the third pass: five seeds
+    "sokoban1": Rung("sokoban1", "tiny-sokoban", "sft,grpo", trial_seconds=16, trials=5, seeds=5),
     # rungs where the default recipe run once is not the answer (benchmarks/ladder_oracle.py measures it, property
     # (e)); tasks/arith_variants.py: 40% of the demonstrations wrong while the verifier is exact
     "arith-noisy": Rung("arith-noisy", "tiny-arith", "sft,rft,grpo", trial_seconds=16, trials=5),
@@ -122,6 +126,18 @@ RUNGS: dict[str, Rung] = {
     "arith-few": Rung("arith-few", "tiny-arith", "sft,rft,grpo", trial_seconds=16, trials=5),
     # answers written as sentences, graded as the bare number after '='
     "arith-verbose": Rung("arith-verbose", "tiny-arith", "sft,rft,grpo", trial_seconds=16, trials=5),
+    # two things wrong at once: sentences, 40% of them slips (a filter and a reformat, neither enough alone)
+    "arith-messy": Rung("arith-messy", "tiny-arith", "sft,rft,grpo", trial_seconds=16, trials=5),
+    # arith at four times the budget (twenty 16-s trials' worth): what search costs, or gains, over (a) as the
+    # budget grows
+    "arith-x4": Rung(
+        "arith",
+        "tiny-arith",
+        "sft,grpo",
+        trial_seconds=16,
+        trials=20,
+        policies=("once", BUILTIN_POLICY, "halving"),
+    ),
 }
 # Measured and left off the ladder (they fail its floor or its reachable gain with a 0.34M-parameter model):
 # countdown (prompts longer than tiny-arith's 128 positions; 0% after 200 steps at 192), sokoban with its three boxes
@@ -225,6 +241,7 @@ def read_run(run_dir: Path) -> dict[str, Any]:
         "compute_to_best_s": round(to_best, 1),
         "curve": curve,
         "stop_reason": summary.get("stop_reason"),
+        "compute_account": summary.get("compute") or {},
     }
 
 
@@ -265,20 +282,72 @@ def _private(run: dict[str, Any]) -> float:
 
 
 def table(rung: str, by_policy: dict[str, list[dict[str, Any]]]) -> list[str]:
-    """One line per policy: private score, paired gain over (a), compute to best, submissions."""
+    """One line per policy: private score, paired gain over (a), compute to best, submissions, and the shares of
+    its compute that went to validation and to trials off the best checkpoint's line."""
     once = {r["seed"]: _private(r) for r in by_policy.get("once", [])}
     lines = []
     for policy, runs in by_policy.items():
         private = [_private(r) for r in runs]
         gain = [_private(r) - once[r["seed"]] for r in runs if r["seed"] in once]
+        shares = [r.get("compute_account") or {} for r in runs]
+        looked = [a["validation_share"] for a in shares if "validation_share" in a]
+        lost = [a["lost_share"] for a in shares if "lost_share" in a]
         lines.append(
             f"{rung:<11} {policy:<7} private {_text(private)}  gain over (a) {_text(gain)}  "
             f"compute to best {_text([r['compute_to_best_s'] for r in runs], 0)} s of "
             f"{_text([r['compute_s'] for r in runs], 0)} (training {_text([r.get('train_s', 0.0) for r in runs], 0)})"
+            f"  validation {_text(looked, 2)}, lost branches {_text(lost, 2)} of it"
             f"  submissions {_text([r['submissions'] for r in runs], 1)}  "
             f"(n={len(runs)})"
         )
     return lines
+
+
+def against_once(policy: str, by_policy: dict[str, list[dict[str, Any]]]) -> str | None:
+    """`policy` against (a), paired by seed, with the verdict the issue's bar reads: above (a) by more than one
+    SE, within one SE, or below."""
+    if not by_policy.get(policy) or not by_policy.get("once") or policy == "once":
+        return None
+    once = {r["seed"]: _private(r) for r in by_policy["once"]}
+    diffs = [_private(r) - once[r["seed"]] for r in by_policy[policy] if r["seed"] in once]
+    mean, se = mean_se(diffs)
+    verdict = "n/a" if se != se else "above" if mean > se else "below" if mean < -se else "within one SE"
+    return f"{policy} vs (a), paired by seed: {_text(diffs)} -> {verdict} (n={len(diffs)})"
+
+
+def oracle_gains(path: Path) -> dict[str, tuple[str, float, bool | None]]:
+    """Per rung, from benchmarks/ladder_oracle.py's --out file: the best entry within budget, its gain over the
+    oracle's own (a) (paired by seed) and whether (e) held."""
+    import ladder_oracle
+
+    payload = json.loads(path.read_text())
+    gains = {}
+    for rung, raw in payload.get("runs", {}).items():
+        runs = [ladder_oracle.RunFigures(**r) for r in raw]
+        baseline = [r for r in runs if r.entry == ladder_oracle.A_NAME]
+        entries = sorted({r.entry for r in runs} - {ladder_oracle.A_NAME})
+        comparisons = [ladder_oracle.compare([r for r in runs if r.entry == e], baseline, e) for e in entries]
+        best, holds = ladder_oracle.verdict(comparisons)
+        if best is not None:
+            gains[rung] = (best.entry, best.gain, holds)
+    return gains
+
+
+def reachable_share(
+    policy: str, by_policy: dict[str, list[dict[str, Any]]], oracle: tuple[str, float, bool | None]
+) -> str | None:
+    """(policy - (a)) / (oracle's best - (a)): the share of what the move set can reach over (a) that `policy` got,
+    each gain paired by seed on its own runs (the ladder's for the policy, the oracle's for its best entry)."""
+    entry, gain, holds = oracle
+    if not by_policy.get(policy) or not by_policy.get("once") or policy == "once" or gain <= 0:
+        return None
+    once = {r["seed"]: _private(r) for r in by_policy["once"]}
+    mean, _ = mean_se([_private(r) - once[r["seed"]] for r in by_policy[policy] if r["seed"] in once])
+    where = "(e) holds" if holds else "(e) fails" if holds is False else "(e) n/a"
+    return (
+        f"{policy}: share of the reachable gain {mean / gain:.0%} ({100 * mean:+.1f} of the oracle's "
+        f"{100 * gain:+.1f} points over (a), '{entry}'; {where})"
+    )
 
 
 def tree_against_best_baseline(by_policy: dict[str, list[dict[str, Any]]]) -> str:
@@ -475,6 +544,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--home", type=Path, default=None, help="RLLOOP_HOME (default: a temp dir)")
     parser.add_argument("--out", type=Path, default=None, help="every run's figures as JSON")
     parser.add_argument("--plots", type=Path, default=None, help="a folder for one PNG per rung")
+    parser.add_argument(
+        "--oracle",
+        type=Path,
+        default=None,
+        help="benchmarks/ladder_oracle.py's --out file: each policy's share of the reachable gain over (a)",
+    )
     args = parser.parse_args(argv)
     rungs = {name: RUNGS[name] for name in args.rungs.split(",")}
     policies = args.policies.split(",")
@@ -486,7 +561,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         rungs, policies, args.seeds = {QUICK_RUNG: quick}, ["once", BUILTIN_POLICY], 3
     if args.smoke:
         smoke = Rung("arith", "tiny-arith", "sft", trial_seconds=10, trials=2, eval_limit=60, valid_limit=60)
-        rungs, policies, args.seeds = {"arith": smoke}, ["once", "tree"], 1
+        rungs, policies, args.seeds = {"arith": smoke}, ["once", BUILTIN_POLICY], 1
     warning = shared_machine_warning()
     if warning:
         print(warning, file=sys.stderr, flush=True)
@@ -500,10 +575,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     failed: list[dict[str, Any]] = []
     report: list[str] = []
     threads = str(max(1, (os.cpu_count() or 2) // args.jobs))
+    oracle = oracle_gains(args.oracle) if args.oracle else {}
     for name, rung in rungs.items():
-        by_policy: dict[str, list[dict[str, Any]]] = {policy: [] for policy in policies}
+        mine = [p for p in policies if rung.policies is None or p in rung.policies]
+        seeds = args.seeds if args.smoke or args.quick else max(args.seeds, rung.seeds)
+        by_policy: dict[str, list[dict[str, Any]]] = {policy: [] for policy in mine}
         # seed-major, so the runs that share the machine at any moment are of different policies
-        plan = [(policy, seed) for seed in range(args.seeds) for policy in policies]
+        plan = [(policy, seed) for seed in range(seeds) for policy in mine]
         with ThreadPoolExecutor(max_workers=args.jobs) as pool:
             futures = {
                 pool.submit(
@@ -536,6 +614,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             runs.sort(key=lambda r: r["seed"])
         results[name] = by_policy
         lines = [*table(name, by_policy), tree_against_best_baseline(by_policy)]
+        lines += [line for p in by_policy if (line := against_once(p, by_policy))]
+        if name in oracle or rung.benchmark in oracle:
+            found = oracle.get(name) or oracle[rung.benchmark]
+            lines += [line for p in by_policy if (line := reachable_share(p, by_policy, found))]
         lines += [line] if (line := memory_against_tree(by_policy)) else []
         checks = property_check(rung, by_policy)
         lines += [

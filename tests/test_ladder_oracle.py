@@ -81,5 +81,11 @@ def test_the_oracle_runs_end_to_end(
     )
     assert "(e) " in printed
     assert len(resume.read_text().splitlines()) == 6
+    from research_ladder import (
+        oracle_gains,
+    )  # the ladder reads this file for its "share of the reachable gain"
+
+    best, gain, _ = oracle_gains(out)["arith"]
+    assert best in {"sft lr 2e-3", "sft 2, then rft"} and -1.0 <= gain <= 1.0
     assert ladder_oracle.main(argv) == 0  # everything reused from the resume file
     assert "arith: 0 runs to go, 6 reused" in capsys.readouterr().out

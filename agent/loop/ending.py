@@ -29,6 +29,29 @@ def trial_compute(trials: list[TrialRecord]) -> tuple[float, float]:
     return sum(t.wall_s for t in trials), sum(t.train_s or 0.0 for t in trials)
 
 
+def compute_account(trials: list[TrialRecord], best_trial_id: str | None) -> dict[str, float]:
+    """Where a run's trial compute went (wall seconds, and each part's share of them): training, start-up (imports,
+    loading), validation, and the trials off the line that led to the best checkpoint (branches that lost,
+    failures). What looking cost, next to what training had."""
+    by_id = {t.trial_id: t for t in trials}
+    kept: set[str] = set()
+    current = by_id.get(best_trial_id or "")
+    while current is not None and current.trial_id not in kept:
+        kept.add(current.trial_id)
+        current = by_id.get(current.proposal.init_from or "")
+    total = sum(t.wall_s for t in trials)
+    parts = {
+        "train_s": sum(t.train_s or 0.0 for t in trials),
+        "startup_s": sum(float(t.train_metrics.get("startup_seconds") or 0.0) for t in trials),
+        "validation_s": sum(t.validation_s for t in trials),
+        "lost_s": sum(t.wall_s for t in trials if t.trial_id not in kept),
+    }
+    account = {"total_s": round(total, 1), **{k: round(v, 1) for k, v in parts.items()}}
+    for key, seconds in parts.items():
+        account[key.replace("_s", "_share")] = round(seconds / total, 3) if total else 0.0
+    return account
+
+
 def finalize(
     run: RunResources, state: LoopState, *, success: bool, status: str, reason: str
 ) -> dict[str, Any]:
@@ -61,6 +84,7 @@ def finalize(
             "grader": final,
             "best_checkpoint": verified_best(run, state, final),
             **submission_summary(state.trials, run.config.submit),
+            "compute": compute_account(state.trials, state.best_trial_id),
         },
         live=state.model_dump(include=HEADLINE_FIELDS),
     )

@@ -82,6 +82,38 @@ TRIAL_TIME_NOTE = (
 )
 
 
+LINE_NOTE = (
+    "A line costs what one run costs: continue a checkpoint with resume_optimizer true (Adam's moments carry on) "
+    "and give each continued trial its part of one schedule, schedule_from and schedule_to (the second of four "
+    "trials: 0.25 to 0.5), so the trials warm up once and decay once, as one run of their total length would."
+)
+
+
+def data_lines(context: ProposalContext) -> list[str]:
+    """What the train rows call for (agent.proposers.data_moves), the route the built-in line policy would take on
+    this budget, and how a line is continued: the same report the built-in policies act on."""
+    from agent.proposers.data_moves import data_report
+    from agent.proposers.lines import LineProposer, plan_for
+
+    report = data_report(context.workspace, context.benchmark)
+    lines = [
+        f"- {move.why}: set {', '.join(f'{k}={json.dumps(v)}' for k, v in move.fields.items())}"
+        for move in report.moves
+    ]
+    lines += [f"- {note}" for note in report.notes]
+    if not lines:
+        lines = ["- nothing: the labelled answers read are what the task scores"]
+    units, per_trial = LineProposer.units(context)
+    plan = plan_for(report, context.recipes or ["sft", "grpo"], units, per_trial)
+    return [
+        *lines,
+        "Moves compose: where several are called for, set them together in one trial (each alone is only an "
+        "ablation). A route's stages continue from each other's checkpoint (init_from).",
+        f"The built-in line policy's route on this budget: {plan.text()}.",
+        LINE_NOTE,
+    ]
+
+
 def compute_lines(context: ProposalContext) -> list[str]:
     """How the run's compute may be spent: per trial, in all, and what a trial's seconds cover."""
     lines = []
@@ -121,6 +153,7 @@ def proposal_prompt(
     ]
     if budget is not None:
         sections.append(f"Spent so far: {budget.summary()}")
+    sections += ["", "# What the train rows call for (read from data/train.jsonl)", *data_lines(context)]
     sections += [
         "",
         "# Trainer library",

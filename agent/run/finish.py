@@ -210,6 +210,13 @@ def print_summary(reporter: Reporter, values: Mapping[str, Any], summary: Mappin
     reporter.info(f"[bold]{headline.text}[/bold]")
     if trained:
         reporter.info(f"{values.get('submissions', 0)} of {trained} trained checkpoints went to the grader")
+    compute = summary.get("compute") or {}
+    if compute.get("total_s"):
+        reporter.info(
+            f"trial compute {compute['total_s']:.0f} s: training {compute['train_share']:.0%}, start-up "
+            f"{compute['startup_share']:.0%}, validation {compute['validation_share']:.0%}; off the best "
+            f"checkpoint's line (branches that lost, failures) {compute['lost_share']:.0%}"
+        )
     found = summary.get("best_checkpoint") or {}
     if found.get("verified"):
         reporter.info(
