@@ -45,11 +45,11 @@ __all__ = [
 
 
 # what `builtin` (the default without a driver model) runs; measured in benchmarks/research_ladder.py
-BUILTIN_POLICY = "tree"
+BUILTIN_POLICY = "lines"
 
 
 def _builtin(config: RunConfig, budget: Budget) -> Proposes:
-    policy = _greedy if BUILTIN_POLICY == "greedy" else _tree
+    policy = {"greedy": _greedy, "tree": _tree, "lines": _lines}[BUILTIN_POLICY]
     return policy(config, budget, "builtin")
 
 
@@ -76,6 +76,12 @@ def _random(config: RunConfig, budget: Budget) -> Proposes:
     from agent.proposers.random_search import RandomProposer
 
     return RandomProposer(max_steps=config.trial_steps)
+
+
+def _lines(config: RunConfig, budget: Budget, name: str = "lines") -> Proposes:
+    from agent.proposers.lines import LineProposer
+
+    return LineProposer(max_steps=config.trial_steps, name=name)
 
 
 def _halving(config: RunConfig, budget: Budget) -> Proposes:
@@ -122,6 +128,7 @@ def register_builtins() -> None:
     PROPOSERS.register("tree-optuna", _tree_optuna)
     PROPOSERS.register("random", _random)
     PROPOSERS.register("halving", _halving)
+    PROPOSERS.register("lines", _lines)
     PROPOSERS.register("optuna", _optuna)
     PROPOSERS.register("cmaes", _cmaes)
     PROPOSERS.register("fixed", _fixed)

@@ -71,6 +71,20 @@ def test_short_run_end_to_end(tmp_path: Path, tiny_model_home: Path) -> None:
     assert succeeded, state["trials"]
     assert state["submissions"] == len(succeeded)
 
+    # the built-in default (the line policy) cut the run's two trials from one line: t02 continues t01's optimizer
+    # over the second half of one schedule, and the end accounts for where the compute went
+    second = state["trials"][1]["proposal"]
+    assert state["trials"][0]["status"] == "succeeded", state["trials"][0].get("error")
+    assert second["init_from"] == "t01" and second["hyperparameters"]["resume_optimizer"] is True
+    assert (second["hyperparameters"]["schedule_from"], second["hyperparameters"]["schedule_to"]) == (
+        0.5,
+        1.0,
+    )
+    log = (run_dir / "trials" / "t02" / "log.txt").read_text()
+    assert "continuing the starting checkpoint's optimizer" in log, log[-2000:]
+    compute = json.loads((run_dir / "summary.json").read_text())["compute"]
+    assert compute["total_s"] > 0 and 0.0 < compute["train_share"] < 1.0 and compute["lost_share"] < 1.0
+
     # the grader's store and the people's mirror agree, submission for submission
     mirror = json.loads((run_dir / "scores.json").read_text())
     mirrored = {
