@@ -76,12 +76,13 @@ class Plan:
     notes: tuple[str, ...] = ()
 
     def text(self) -> str:
-        route = " then ".join(
-            f"{s.recipe}{_moves_text(s.moves)} ({s.units} trial{'s' if s.units != 1 else ''}' worth)"
-            for s in self.stages
-        )
+        route = " then ".join(f"{s.recipe}{_moves_text(s.moves)} ({_worth(s.units)})" for s in self.stages)
         probes = sum(1 for s in self.steps if s.probe)
-        return f"{route}; {probes} probe{'s' if probes != 1 else ''} of {self.units} trials' worth"
+        return f"{route}; {probes} probe{'s' if probes != 1 else ''} in {_worth(self.units)}"
+
+
+def _worth(units: int) -> str:
+    return "1 trial's worth" if units == 1 else f"{units} trials' worth"
 
 
 def _moves_text(moves: dict[str, Any]) -> str:
@@ -280,6 +281,12 @@ class LineProposer(ProposerBase):
             share = max(share, (context.compute_left_s or 0.0) / (context.trial_seconds or 1.0))
         seconds, budget = trial_budget(context, self.max_steps, share)
         hyper: dict[str, Any] = {"learning_rate": rate * step.rate}
+        retried = ""
+        if retry is not None:
+            hyper["learning_rate"] *= 0.5
+            batch = int(retry.proposal.hyperparameters.get("per_device_train_batch_size", 32))
+            hyper["per_device_train_batch_size"] = max(8, batch // 2)
+            retried = f" Retry of {retry.trial_id} ({(retry.error or retry.status)[:160]}) with half the rate and batch."
         if step.drop:
             moves = {k: v for k, v in moves.items() if k != step.drop}
         hyper.update(moves)
@@ -307,12 +314,8 @@ class LineProposer(ProposerBase):
                 else f"from {head.trial_id if head else 'the base model'}"
             )
             hypothesis = f"the line, stage {step.stage + 1} of {len(plan.stages)}: {what}, {start}, {part}."
-        rationale = f"Plan: {plan.text()}. This stage: {stage.why}."
+        rationale = f"Plan: {plan.text()}. This stage: {stage.why}.{retried}"
         if retry is not None:
-            hyper["learning_rate"] *= 0.5
-            batch = int(retry.proposal.hyperparameters.get("per_device_train_batch_size", 32))
-            hyper["per_device_train_batch_size"] = max(8, batch // 2)
-            rationale += f" Retry of {retry.trial_id} ({(retry.error or retry.status)[:160]}) with half the rate and batch."
             operator = "debug"
         if context.feedback:
             rationale += f" A reviewer rejected the last proposal: {context.feedback!r}."

@@ -207,6 +207,7 @@ def test_a_failed_trial_is_retried_once_then_passed_over() -> None:
     retry = proposer.propose(_context(trials, units=3, per_trial=True))
     assert retry.operator == "debug" and retry.hyperparameters["learning_rate"] == pytest.approx(5e-4)
     assert retry.hyperparameters["schedule_to"] == pytest.approx(1 / 3)  # the same part of the line
+    assert "at learning rate 0.0005" in retry.hypothesis  # what it says is what it runs
     trials.append(_record(2, retry, None, status="failed"))
     passed = proposer.propose(_context(trials, units=3, per_trial=True))
     assert passed.init_from is None and passed.hyperparameters["schedule_from"] == pytest.approx(1 / 3)
