@@ -119,7 +119,7 @@ def stages_for(report: DataReport, recipes: list[str], units: int) -> tuple[Stag
 def plan_for(report: DataReport, recipes: list[str], units: int, one_trial_per_unit: bool) -> Plan:
     """The whole plan for `units` trials' worth of compute. `one_trial_per_unit`: the run fixes trials, not seconds,
     so every trial is one unit (a stage is cut into as many trials as its units)."""
-    probes = int(units * PROBE_SHARE)
+    probes = probe_count(units)
     stages = list(stages_for(report, recipes, units - probes))
     last = stages[-1]
     candidates: list[tuple[str, float, str | None]] = [
@@ -127,7 +127,7 @@ def plan_for(report: DataReport, recipes: list[str], units: int, one_trial_per_u
     ]
     candidates += [(f"the line without {key}={value}", 1.0, key) for key, value in last.moves.items()]
     probes = min(probes, len(candidates), max(0, last.units - 1))
-    unused = int(units * PROBE_SHARE) - probes
+    unused = probe_count(units) - probes
     if unused:  # probes the last stage has no room or no candidate for: its line gets the compute
         stages[-1] = Stage(last.recipe, last.moves, last.units + unused, last.why)
     steps: list[Step] = []
