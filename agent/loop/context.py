@@ -12,6 +12,7 @@ from agent.loop.limits import TrialLimits
 from agent.proposers import make_proposer
 from agent.run import (
     StartedRun,
+    first_use_note,
     make_budget,
     open_sandbox,
     prepare_workspace,
@@ -53,7 +54,7 @@ def build_context(started: StartedRun, reporter: Reporter) -> RunContext:
     base_model = resolve_base_model(
         config.base_model,
         config.home,
-        on_build=lambda n: reporter.info(f"building the built-in model {n} (first use, about a minute)"),
+        on_build=lambda n: reporter.info(first_use_note(n)),
     )
     with reporter.watching(f"writing the {config.benchmark} train/valid splits into the workspace"):
         prepare_workspace(paths, benchmark)  # generated games take a minute the first time

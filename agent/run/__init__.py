@@ -39,7 +39,7 @@ if TYPE_CHECKING:
         interrupts_in_main_thread,
     )
     from agent.run.leftovers import end_leftovers
-    from agent.run.models import ModelNotFoundError, resolve_base_model
+    from agent.run.models import ModelNotFoundError, first_use_note, resolve_base_model
     from agent.run.options import flag_name, run_config_fields, run_config_options
     from agent.run.plugins import PROPOSERS, ProposerFactory
     from agent.run.reporting import Reporter, save_figure, submission_flags
@@ -110,6 +110,7 @@ __all__ = [
     "error_line",
     "failpoint",
     "final_figures",
+    "first_use_note",
     "flag_name",
     "free_port",
     "interrupted_before_start",
@@ -157,6 +158,7 @@ __all__ = [
 # name loaded from the module that defines it on first use, so importing one module of the part loads no other.
 _FACE: dict[str, str] = {
     "Duration": "agent.run.config",
+    "first_use_note": "agent.run.models",
     "flag_name": "agent.run.options",
     "run_config_fields": "agent.run.options",
     "run_config_options": "agent.run.options",
