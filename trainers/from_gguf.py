@@ -95,5 +95,5 @@ def convert_gguf(
         saved = json.loads((staging / "config.json").read_text())
         if "quantization_config" in saved:  # every rlloop path would load it as quantized: never hand it on
             raise GGUFConversionError(f"{name}: the saved config.json still holds a quantization_config")
-    say(f"saved {out_dir} ({parameters / 1e6:.1f}M parameters, {time.monotonic() - started:.0f} s)")
+    say(f"converted: {parameters / 1e6:.1f}M parameters in {time.monotonic() - started:.0f} s")
     return Path(out_dir)

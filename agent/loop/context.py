@@ -12,6 +12,7 @@ from agent.loop.limits import TrialLimits
 from agent.proposers import make_proposer
 from agent.run import (
     StartedRun,
+    check_base_model,
     first_use_note,
     make_budget,
     open_sandbox,
@@ -56,6 +57,8 @@ def build_context(started: StartedRun, reporter: Reporter) -> RunContext:
         config.home,
         on_build=lambda n: reporter.info(first_use_note(n)),
     )
+    with reporter.watching(f"checking that every trial can load {base_model.name}"):
+        check_base_model(base_model, prompt_format=config.prompt_format)  # before the baseline: refused here
     with reporter.watching(f"writing the {config.benchmark} train/valid splits into the workspace"):
         prepare_workspace(paths, benchmark)  # generated games take a minute the first time
     budget = make_budget(config, paths.budget_ledger)

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
         interrupts_in_main_thread,
     )
     from agent.run.leftovers import end_leftovers
+    from agent.run.model_check import BaseModelError, check_base_model
     from agent.run.models import ModelNotFoundError, first_use_note, resolve_base_model
     from agent.run.options import flag_name, run_config_fields, run_config_options
     from agent.run.plugins import PROPOSERS, ProposerFactory
@@ -77,6 +78,7 @@ if TYPE_CHECKING:
     )
 
 __all__ = [
+    "BaseModelError",
     "Duration",
     "Child",
     "FINISH_RESERVE_S",
@@ -100,6 +102,7 @@ __all__ = [
     "atomic_write_json",
     "atomic_write_text",
     "best_checkpoint",
+    "check_base_model",
     "checkpoint_text",
     "child_span",
     "close_tracking",
@@ -157,6 +160,8 @@ __all__ = [
 # The face of this part: what the other parts of agent/ may use of it (tests/test_layers.py holds them to it), each
 # name loaded from the module that defines it on first use, so importing one module of the part loads no other.
 _FACE: dict[str, str] = {
+    "BaseModelError": "agent.run.model_check",
+    "check_base_model": "agent.run.model_check",
     "Duration": "agent.run.config",
     "first_use_note": "agent.run.models",
     "flag_name": "agent.run.options",
