@@ -130,3 +130,17 @@ def test_the_ladder_warns_when_niced_work_beside_it_would_still_take_its_cpu(tmp
     switch.write_text("0\n")
     assert research_ladder.shared_machine_warning(switch) is None
     assert research_ladder.shared_machine_warning(tmp_path / "missing") is None
+
+
+def test_the_real_model_rung_is_named_not_run_by_default() -> None:
+    """arith-smollm2 runs with --rungs (its runs are minutes long), in the model's chat template, trials long enough
+    for a 135M model's start-up and 5-s steps; --smoke keeps that length."""
+    from agent.run.models import BUILTIN_MODELS
+
+    rung = research_ladder.REAL_RUNGS["arith-smollm2"]
+    assert "arith-smollm2" not in research_ladder.RUNGS and rung.base_model in BUILTIN_MODELS
+    command = research_ladder._command("r", rung, "tree", 0, 1)
+    assert command[command.index("--prompt-format") + 1] == "chat"
+    assert float(command[command.index("--trial-seconds") + 1]) == 180 and rung.smoke_seconds >= 60
+    tiny = research_ladder._command("r", research_ladder.RUNGS["arith"], "tree", 0, 1)
+    assert tiny[tiny.index("--prompt-format") + 1] == "plain"
