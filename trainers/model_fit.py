@@ -78,15 +78,20 @@ class ModelFit:
             self._cache[recipe] = pretrained_defaults(get_recipe(recipe).config_class.model_fields)
         return dict(self._cache[recipe])
 
-    def summary(self, recipes: list[str]) -> str:
-        """One line for run.log: the changed defaults of `recipes`."""
+    def summary(self, recipes: list[str], shown: int = 2) -> str:
+        """One line for run.log: the changed defaults of the first `shown` of `recipes`, the rest counted."""
         if not self.pretrained:
             return f"{self.reason}: the recipes' own defaults"
         parts = []
-        for recipe in recipes:
-            changed = self.defaults(recipe)
-            if changed:
-                parts.append(f"{recipe} " + ", ".join(f"{k}={_text(v)}" for k, v in changed.items()))
+        changed = [r for r in recipes if self.defaults(r)]
+        for recipe in changed[:shown]:
+            parts.append(
+                f"{recipe} " + ", ".join(f"{k}={_text(v)}" for k, v in self.defaults(recipe).items())
+            )
+        if len(changed) > shown:
+            parts.append(
+                f"{len(changed) - shown} more recipes likewise (each trial's config.json has its own)"
+            )
         return f"{self.reason}: " + "; ".join(parts)
 
 
