@@ -169,8 +169,10 @@ class Research(Screened):
             )
             return {"current": failed, "feedback": None}
         proposal = with_model_defaults(proposal, self.context.fit)
-        hp = ", ".join(
-            f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in proposal.hyperparameters.items()
+        hp = ", ".join(  # `extra` holds notes (why a default was filled in): config.json has them
+            f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
+            for k, v in proposal.hyperparameters.items()
+            if k != "extra"
         )
         start = proposal.init_from or "base model"
         self.reporter.info(f"[bold cyan]{trial_id}[/bold cyan] {proposal.recipe} from {start}: {hp}")
