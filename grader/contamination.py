@@ -8,10 +8,14 @@ weights that are (almost) the base model or an earlier submission.
   items (`37+58=` -> `95`) count as found when their whole text appears, prompt immediately or after whitespace
   followed by its answer, as a run of whole tokens (so `84-66=18` is not found inside `184-66=185`). JSON lines
   are also read as their string values, so `{"prompt": "37+58=", "answer": "95"}` is found too.
-- Copies: the relative L2 distance ||w - w_base|| / ||w_base|| over the tensors the two share, the base streamed
-  tensor by tensor from its safetensors files, so base + tiny noise is caught where an exact hash is not.
+- Copies: the relative L2 distance ||w - w_base|| / ||w_base|| of the tensor that moved most, over the tensors the
+  two share, the base streamed tensor by tensor from its safetensors files, so base + tiny noise is caught where an
+  exact hash is not. Per tensor, not one norm over all weights: a fine-tune of a pretrained model at its rate leaves
+  most weights where they were (a 134.5M SmolLM2 after 27 SFT steps at 5e-5, 0.000 -> 0.400: 0.00099 over all
+  weights, but 0.0059 in its most-moved tensor), while noise or a cast moves every tensor alike (the same base cast
+  to fp16 and back: 0.00021 at most).
 - Near-duplicates: a fixed, seeded sample of every tensor's values (a sketch, stored per submission) compared with
-  the sketches of earlier submissions by the same relative distance.
+  the sketches of earlier submissions by the same measure, tensor by tensor.
 
 Evidence names files and figures, and quotes only text found in the trial's own files.
 """
@@ -333,14 +337,14 @@ def trial_folder(checkpoint: Path, allowed_roots: Iterable[Path]) -> tuple[Path,
 
 # --- weights ----------------------------------------------------------------------------------------------------
 def relative_distance_to_files(state: dict[str, torch.Tensor], weight_files: Iterable[Path]) -> float | None:
-    """||w - w_ref|| / ||w_ref|| over the tensors `state` shares (name and shape) with the safetensors files.
+    """The largest ||w - w_ref|| / ||w_ref|| of a tensor `state` shares (name and shape) with the safetensors files.
 
     The reference is read one tensor at a time, so memory stays at the loaded model plus one tensor. None when no
     tensor matches (a different architecture: not a copy).
     """
     from safetensors import safe_open
 
-    diff_sq = ref_sq = 0.0
+    moved = 0.0
     matched = 0
     for weight_file in weight_files:
         with safe_open(str(weight_file), framework="pt") as handle:  # type: ignore[no-untyped-call]
@@ -352,22 +356,19 @@ def relative_distance_to_files(state: dict[str, torch.Tensor], weight_files: Ite
                 if tuple(ref.shape) != tuple(mine.shape) or not ref.is_floating_point():
                     continue
                 ref64 = ref.to(torch.float64)
-                diff_sq += float((mine.detach().to("cpu", torch.float64) - ref64).pow(2).sum())
-                ref_sq += float(ref64.pow(2).sum())
+                ref_norm = float(ref64.norm())
                 matched += 1
-    if matched == 0 or ref_sq == 0.0:
-        return None
-    return math.sqrt(diff_sq) / math.sqrt(ref_sq)
+                if ref_norm > 0.0:
+                    diff = float((mine.detach().to("cpu", torch.float64) - ref64).norm())
+                    moved = max(moved, diff / ref_norm)
+    return moved if matched else None
 
 
 def weights_sketch(state: dict[str, torch.Tensor]) -> tuple[str, bytes]:
     """(layout key, float32 bytes): the same seeded positions of every tensor, to compare submissions cheaply."""
     layout: list[str] = []
     parts: list[torch.Tensor] = []
-    for name in sorted(state):
-        tensor = state[name]
-        if not tensor.is_floating_point() or tensor.numel() == 0:
-            continue
+    for name, tensor in _sketched(state):
         flat = tensor.detach().to("cpu").reshape(-1)
         generator = torch.Generator().manual_seed(zlib.crc32(name.encode()))
         picks = torch.randint(0, flat.numel(), (min(_SKETCH_PER_TENSOR, flat.numel()),), generator=generator)
@@ -378,14 +379,35 @@ def weights_sketch(state: dict[str, torch.Tensor]) -> tuple[str, bytes]:
     return key, values.numpy().tobytes()
 
 
-def sketch_distance(mine: bytes, earlier: bytes) -> float | None:
-    """Relative L2 distance between two sketches of the same layout (None when they cannot be compared)."""
+def _sketched(state: dict[str, torch.Tensor]) -> list[tuple[str, torch.Tensor]]:
+    return [
+        (name, state[name])
+        for name in sorted(state)
+        if state[name].is_floating_point() and state[name].numel() > 0
+    ]
+
+
+def sketch_sizes(state: dict[str, torch.Tensor]) -> list[int]:
+    """How many values of each tensor a sketch of `state` holds, in its order."""
+    return [min(_SKETCH_PER_TENSOR, tensor.numel()) for _, tensor in _sketched(state)]
+
+
+def sketch_distance(mine: bytes, earlier: bytes, sizes: list[int] | None = None) -> float | None:
+    """Relative L2 distance between two sketches of the same layout: of the tensor that moved most when `sizes`
+    (`sketch_sizes`) splits them, else over all their values (None when they cannot be compared)."""
     if len(mine) != len(earlier) or not mine:
         return None
     a = torch.frombuffer(bytearray(mine), dtype=torch.float32).to(torch.float64)
     b = torch.frombuffer(bytearray(earlier), dtype=torch.float32).to(torch.float64)
-    norm = float(b.norm())
-    return None if norm == 0.0 else float((a - b).norm()) / norm
+    if sizes is None or sum(sizes) != a.numel():
+        norm = float(b.norm())
+        return None if norm == 0.0 else float((a - b).norm()) / norm
+    moved, compared = 0.0, False
+    for mine_part, earlier_part in zip(a.split(sizes), b.split(sizes), strict=True):
+        norm = float(earlier_part.norm())
+        if norm > 0.0:
+            moved, compared = max(moved, float((mine_part - earlier_part).norm()) / norm), True
+    return moved if compared else None
 
 
 def copy_flag(distance: float | None, config: IntegrityConfig) -> Flag | None:
@@ -393,7 +415,8 @@ def copy_flag(distance: float | None, config: IntegrityConfig) -> Flag | None:
         return None
     return Flag(
         check="base_copy",
-        evidence=f"relative L2 distance {distance:.2g} to the base model (a copy below {config.copy_epsilon:g})",
+        evidence=f"relative L2 distance {distance:.2g} to the base model in its most-moved tensor (a copy below "
+        f"{config.copy_epsilon:g})",
         value=distance,
     )
 
@@ -406,7 +429,8 @@ def near_duplicate_flag(distances: dict[int, float], config: IntegrityConfig) ->
     sid = min(close, key=lambda s: (close[s], s))
     return Flag(
         check="near_duplicate",
-        evidence=f"relative L2 distance {close[sid]:.2g} to submission #{sid} (a near-duplicate resubmission)",
+        evidence=f"relative L2 distance {close[sid]:.2g} to submission #{sid} in its most-moved tensor (a "
+        "near-duplicate resubmission)",
         value=close[sid],
         of_submission=sid,
     )
@@ -442,7 +466,7 @@ def integrity_flags(
     distances = {
         sid: d
         for sid, data in earlier_sketches(layout).items()
-        if (d := sketch_distance(sketch, data)) is not None
+        if (d := sketch_distance(sketch, data, sketch_sizes(state))) is not None
     }
     near = near_duplicate_flag(distances, config)
     if near is not None:

@@ -153,3 +153,17 @@ def test_each_policy_is_held_to_a_against_one_se_and_to_the_oracles_reachable_ga
     assert research_ladder.against_once("once", by_policy) is None  # type: ignore[arg-type]
     share = research_ladder.reachable_share("lines", by_policy, ("filtered", 0.4, True))  # type: ignore[arg-type]
     assert share is not None and "share of the reachable gain 75%" in share and "(e) holds" in share
+
+
+def test_the_real_model_rung_is_named_not_run_by_default() -> None:
+    """arith-smollm2 runs with --rungs (its runs are minutes long), in the model's chat template, trials long enough
+    for a 135M model's start-up and 5-s steps; --smoke keeps that length."""
+    from agent.run.models import BUILTIN_MODELS
+
+    rung = research_ladder.REAL_RUNGS["arith-smollm2"]
+    assert "arith-smollm2" not in research_ladder.RUNGS and rung.base_model in BUILTIN_MODELS
+    command = research_ladder._command("r", rung, "tree", 0, 1)
+    assert command[command.index("--prompt-format") + 1] == "chat"
+    assert float(command[command.index("--trial-seconds") + 1]) == 180 and rung.smoke_seconds >= 60
+    tiny = research_ladder._command("r", research_ladder.RUNGS["arith"], "tree", 0, 1)
+    assert tiny[tiny.index("--prompt-format") + 1] == "plain"

@@ -26,7 +26,9 @@ from trainers.config import TrainerConfig
 from trainers.optimizer_state import OPTIMIZER_DIR, SavedState, install_optimizer_state, read_optimizer_state
 from trainers.schedule import SAVE_FIXED_S, LearningRate, TrialClock, mark, save_seconds
 
-UNBOUNDED_STEPS = 10**9  # TRL needs a step count; a trial bounded by max_seconds alone ends by its clock
+UNBOUNDED_STEPS = 10**9
+# a step is not started unless the longest of the last this-many steps still fits what is left of the window
+STEP_ESTIMATE_OF = 3  # TRL needs a step count; a trial bounded by max_seconds alone ends by its clock
 
 
 def seed_everything(seed: int) -> None:
@@ -52,6 +54,12 @@ def quiet_libraries() -> None:
     datasets.disable_progress_bars()
     hf_logging.disable_progress_bar()
     hf_logging.set_verbosity_error()
+
+
+def use_threads(threads: int | None) -> None:
+    """Train on `threads` CPU threads; None leaves torch its own count (OMP_NUM_THREADS, else the cores it sees)."""
+    if threads is not None:
+        torch.set_num_threads(threads)
 
 
 def log(message: str) -> None:
@@ -88,14 +96,15 @@ class ScheduleCallback(TrainerCallback):  # type: ignore[misc]
     def on_step_end(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **_: Any
     ) -> None:
-        if control.should_training_stop or not self.pace.clock.expired(state.global_step):
+        self.pace.step_boundary()
+        if control.should_training_stop or not self.pace.expired_at(state.global_step):
             return
         control.should_training_stop = True
         if self.pace.clock.max_steps is None or state.global_step < self.pace.clock.max_steps:
             self.stopped_early = self.pace.clock.max_steps is not None
             log(
-                f"training window of {self.pace.clock.window_s or 0:.1f}s spent at step {state.global_step} "
-                f"(learning rate at {self.pace.rate.last_factor:.3f} of its peak); stopping and saving"
+                f"{self.pace.why_stopped(state.global_step)} (learning rate at {self.pace.rate.last_factor:.3f} of "
+                "its peak); stopping and saving"
             )
 
 
@@ -292,14 +301,50 @@ class Pace:
         self.steps = 0
         self.factors: list[float] = []  # each step's share of the peak rate, in order
         self.optimizer_save_s = 0.0  # saving the optimizer's moments (TRL recipes): part of save_seconds
+        self.boundaries: list[float] = []  # monotonic times: the window's start, then each step's end
 
     def begin_training(self, model: torch.nn.Module | None) -> None:
         """Open the training window, keeping back what saving `model` will take."""
         self.clock.begin_training(save_seconds(model) if isinstance(model, torch.nn.Module) else SAVE_FIXED_S)
+        self.boundaries = [time.monotonic()]
+
+    def step_boundary(self) -> None:
+        """A step ended now (a hand-written loop: the next one begins)."""
+        self.boundaries.append(time.monotonic())
+
+    def step_estimate(self) -> float:
+        """Seconds the next step will take: the longest of the last `STEP_ESTIMATE_OF` steps (0 before any)."""
+        recent = self.boundaries[-(STEP_ESTIMATE_OF + 1) :]
+        return max((b - a for a, b in zip(recent, recent[1:], strict=False)), default=0.0)
+
+    def next_step_fits(self) -> bool:
+        """Whether one more step, as long as the recent ones, ends inside the window (always, without one)."""
+        window = self.clock.window_s
+        return window is None or self.clock.training_elapsed + self.step_estimate() <= window
+
+    def expired_at(self, step: int) -> bool:
+        """No step after `step`: the steps or the window are spent, or the next step would not fit the window."""
+        return self.clock.expired(step) or not self.next_step_fits()
+
+    def why_stopped(self, step: int) -> str:
+        """What ended training at `step`, for the trial's log."""
+        window = self.clock.window_s or 0.0
+        if self.clock.expired(step):
+            return f"training window of {window:.1f}s spent at step {step}"
+        left = window - self.clock.training_elapsed
+        return (
+            f"the next step would take about {self.step_estimate():.1f}s (the longest of the last steps) and "
+            f"{left:.1f}s of the {window:.1f}s training window are left, at step {step}"
+        )
 
     def begin_step(self, *optimizers: torch.optim.Optimizer) -> bool:
-        """Set the rate of the next step on `optimizers`; False once the steps or the window are spent."""
-        if self.clock.expired(self.steps):
+        """Set the rate of the next step on `optimizers`; False once the steps or the window are spent, or the
+        step would not fit what is left of the window."""
+        if self.steps:
+            self.step_boundary()
+        if self.expired_at(self.steps):
+            if self.clock.max_steps is None or self.steps < self.clock.max_steps:
+                log(f"{self.why_stopped(self.steps)}; stopping and saving")
             return False
         self.factors.append(self.rate.apply(self.steps, *optimizers))
         self.steps += 1
@@ -311,13 +356,13 @@ class Pace:
         return self.clock.training_elapsed
 
     def expired(self) -> bool:
-        """The steps or the window are spent: no further step."""
-        return self.clock.expired(self.steps)
+        """The steps or the window are spent, or the next step would not fit: no further step."""
+        return self.expired_at(self.steps)
 
     def ran_out_of_time(self) -> bool:
         """The window's seconds ended the trial before its planned steps were done."""
         planned = self.clock.max_steps
-        return planned is not None and self.steps < planned and self.clock.expired(self.steps)
+        return planned is not None and self.steps < planned and self.expired()
 
     def figures(self) -> dict[str, float]:
         """metrics.json's view of the trial's time and schedule."""

@@ -153,6 +153,11 @@ class ProposalContext(BaseModel):
     # where the run's files are, so a proposer can check the paths it proposes (agent.proposers.proposal_paths); None: unknown
     workspace: str | None = None
     base_model_path: str | None = None
+    # the recipes' defaults that fit the base model where they differ from the recipes' own (trainers.model_fit:
+    # a pretrained model's rates, batches, threads); empty for a model rlloop built, which keeps the recipes' own
+    recipe_defaults: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    # the longest trial a proposer gives when the run leaves trial length to it (None: the proposer's own cap)
+    max_trial_seconds: float | None = None
 
 
 class BaselineScore(BaseModel):

@@ -355,7 +355,7 @@ def run_external(
 ) -> dict[str, Any]:
     """Run (or re-run, keeping the grader's store, on resume) an external agent. Returns the run's summary, shaped
     like `agent.loop.driver.execute`'s: the results.csv row plus `status`, `stop_reason`, `grader`, `agent_exit_code`."""
-    from agent.run import resolve_base_model
+    from agent.run import check_base_model, resolve_base_model
     from grader.benchmarks import get_benchmark
 
     spec = load_agent(agent_dir)
@@ -368,7 +368,9 @@ def run_external(
     record_run(config, paths)
     reporter = reporter or Reporter(paths.log_file, quiet=config.quiet)
     atomic_write_json(paths.run_dir / "external.json", spec.model_dump(mode="json"))
-    base_model = resolve_base_model(config.base_model, home)
+    base_model = check_base_model(
+        resolve_base_model(config.base_model, home), prompt_format=config.prompt_format
+    )  # the agent's sandbox mounts it as trials do: refused here, before the grader scores it
     prepare_workspace(paths, benchmark, layout="autorl-bench")
     sandbox = sandbox or agent_sandbox(config, reporter, coding_agents=named.is_named_folder(spec.folder))
     if not maps_paths(sandbox):

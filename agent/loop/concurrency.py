@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from agent.core import Proposal, ProposalContext, TrialRecord
 from agent.loop.context import RunContext
 from agent.loop.resources import RunResources
-from agent.loop.trials import TrialSetupError, verify_checkpoint
+from agent.loop.trials import TrialSetupError, verify_checkpoint, with_model_defaults
 from agent.run import RunPaths, atomic_write_json, failpoint
 from sandbox import untrusted
 from sandbox.base import SandboxRequest
@@ -114,6 +114,7 @@ def more_proposals(
                 f"    [dim]{len(batch)} trial(s) in this step ({type(exc).__name__}: {exc})[/dim]"
             )
             break
+        proposal = with_model_defaults(proposal, run.context.fit)
         if any(_same(proposal, b.proposal) for b in batch):
             break
         cost = proposal.estimated_cost_s or _typical_cost(context.trials)

@@ -9,9 +9,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from agent.loop.limits import TrialLimits
+from agent.loop.trials import allowed_recipes
 from agent.proposers import make_proposer
 from agent.run import (
     StartedRun,
+    check_base_model,
+    first_use_note,
     make_budget,
     open_sandbox,
     prepare_workspace,
@@ -19,6 +22,7 @@ from agent.run import (
     write_recipe_catalog,
 )
 from grader.benchmarks import get_benchmark
+from trainers.model_fit import ModelFit, fit_for
 
 if TYPE_CHECKING:
     from agent.llm import Budget
@@ -43,6 +47,7 @@ class RunContext:
     base_model: Path  # the base model's folder, resolved (built or fetched) before the run starts
     benchmark: Benchmark  # its public part: description, valid split, scoring
     limits: TrialLimits  # every trial's, from the config (each trial's own: `RunResources.trial_limits`)
+    fit: ModelFit  # what the base model is, and the recipe defaults that fit it (`trainers.model_fit`)
 
 
 def build_context(started: StartedRun, reporter: Reporter) -> RunContext:
@@ -53,8 +58,12 @@ def build_context(started: StartedRun, reporter: Reporter) -> RunContext:
     base_model = resolve_base_model(
         config.base_model,
         config.home,
-        on_build=lambda n: reporter.info(f"building the built-in model {n} (first use, about a minute)"),
+        on_build=lambda n: reporter.info(first_use_note(n)),
     )
+    with reporter.watching(f"checking that every trial can load {base_model.name}"):
+        check_base_model(base_model, prompt_format=config.prompt_format)  # before the baseline: refused here
+    fit = fit_for(base_model)
+    reporter.info(f"base model {config.base_model}: {fit.summary(allowed_recipes(config.recipes))}")
     with reporter.watching(f"writing the {config.benchmark} train/valid splits into the workspace"):
         prepare_workspace(paths, benchmark)  # generated games take a minute the first time
     budget = make_budget(config, paths.budget_ledger)
@@ -78,4 +87,5 @@ def build_context(started: StartedRun, reporter: Reporter) -> RunContext:
         base_model=base_model,
         benchmark=benchmark,
         limits=TrialLimits.of_run(config),
+        fit=fit,
     )

@@ -23,7 +23,7 @@ from agent.loop.ending import finalize
 from agent.loop.graph import LoopState
 from agent.loop.limits import TrialLimits
 from agent.loop.submission import Screened
-from agent.loop.trials import TrialSetupError, allowed_recipes, outcome
+from agent.loop.trials import TrialSetupError, allowed_recipes, outcome, with_model_defaults
 from agent.proposers import SearchDone
 from agent.run import FINISH_RESERVE_S, GraderError, failpoint, submission_flags, traced_nodes
 from grader.figures import run_figures
@@ -142,6 +142,8 @@ class Research(Screened):
             feedback=state.feedback,
             workspace=str(self.paths.workspace),
             base_model_path=str(self.base_model),
+            recipe_defaults={r: self.context.fit.defaults(r) for r in allowed_recipes(self.config.recipes)},
+            max_trial_seconds=self.context.fit.max_trial_seconds,
         )
         failpoint("propose", index)
         self.proposer.attach_run(self, trial_id)  # its tools, run log, memory (agent.proposers.base)
@@ -166,8 +168,11 @@ class Research(Screened):
                 error=f"proposer failed: {exc}"[:500],
             )
             return {"current": failed, "feedback": None}
-        hp = ", ".join(
-            f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in proposal.hyperparameters.items()
+        proposal = with_model_defaults(proposal, self.context.fit)
+        hp = ", ".join(  # `extra` holds notes (why a default was filled in): config.json has them
+            f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
+            for k, v in proposal.hyperparameters.items()
+            if k != "extra"
         )
         start = proposal.init_from or "base model"
         self.reporter.info(f"[bold cyan]{trial_id}[/bold cyan] {proposal.recipe} from {start}: {hp}")

@@ -30,6 +30,7 @@ from sandbox import untrusted
 from sandbox.base import Mount, Sandbox, SandboxRequest, SandboxResult, maps_paths
 from sandbox.namespaces import hand_to_sandbox_user
 from sandbox.view import TrialView
+from trainers.model_fit import ModelFit
 
 TRAIN_ENV = {
     "HF_HUB_OFFLINE": "1",
@@ -79,6 +80,26 @@ def check_proposal(proposal: Proposal, *, seen: TrialView) -> None:
     problems = proposal_problems(proposal.hyperparameters, config_class=config_class, view=seen)
     if problems:
         raise ProposalRefusedError("refused: " + "; ".join(problems))
+
+
+def with_model_defaults(proposal: Proposal, fit: ModelFit) -> Proposal:
+    """The proposal with the base model's defaults (`trainers.model_fit`) in every field it leaves unset, and why in
+    its config's notes (`extra.model_fit`): the trial runs what its record says, and a proposer reading it (a debug
+    trial halving the batch) starts from what ran. A model built here, or code of its own: unchanged."""
+    if proposal.train_py or not fit.pretrained:
+        return proposal
+    try:
+        defaults = fit.defaults(proposal.recipe)
+    except KeyError:  # an unknown recipe: recipe_config says so
+        return proposal
+    missing = {k: v for k, v in defaults.items() if k not in proposal.hyperparameters}
+    if not missing:
+        return proposal
+    notes = proposal.hyperparameters.get("extra")
+    notes = {**(notes if isinstance(notes, dict) else {}), "model_fit": f"{', '.join(missing)}: {fit.reason}"}
+    return proposal.model_copy(
+        update={"hyperparameters": {**proposal.hyperparameters, **missing, "extra": notes}}
+    )
 
 
 def python_for(sandbox: Sandbox) -> str:

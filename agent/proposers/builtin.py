@@ -32,6 +32,16 @@ GRADING_RESERVE_S = (
 )
 
 
+def default_rates(context: ProposalContext | None = None) -> dict[str, float]:
+    """Each recipe's draft rate: DEFAULT_LR, tuned on the models rlloop builds, or the rate that fits the run's
+    base model where the loop gives one (`ProposalContext.recipe_defaults`, from trainers.model_fit)."""
+    rates = dict(DEFAULT_LR)
+    for recipe, defaults in (context.recipe_defaults if context is not None else {}).items():
+        if isinstance(defaults.get("learning_rate"), int | float):
+            rates[recipe] = float(defaults["learning_rate"])
+    return rates
+
+
 def _score(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.3f}"
 
@@ -102,7 +112,7 @@ def trial_budget(
         budget.update(max_seconds=round(seconds, 1), max_steps=max_steps)
         return seconds, budget
     per_trial = context.seconds_left / max(context.trials_left, 1) - GRADING_RESERVE_S
-    seconds = max(MIN_TRIAL_SECONDS, min(per_trial, MAX_TRIAL_SECONDS))
+    seconds = max(MIN_TRIAL_SECONDS, min(per_trial, context.max_trial_seconds or MAX_TRIAL_SECONDS))
     if max_steps is not None:
         budget["max_steps"] = max_steps
     else:
@@ -110,8 +120,8 @@ def trial_budget(
     return seconds, budget
 
 
-def _lr(proposal: Proposal) -> float:
-    return float(proposal.hyperparameters.get("learning_rate", DEFAULT_LR.get(proposal.recipe, 1e-4)))
+def _lr(proposal: Proposal, rates: dict[str, float] = DEFAULT_LR) -> float:
+    return float(proposal.hyperparameters.get("learning_rate", rates.get(proposal.recipe, 1e-4)))
 
 
 class BuiltinProposer(ProposerBase):
@@ -163,6 +173,7 @@ class BuiltinProposer(ProposerBase):
 
     def _propose(self, context: ProposalContext) -> Proposal:
         seconds, budget = self._budget(context)
+        rates = default_rates(context)
         supervised, rl_recipes = self._menu(context)
         trials = context.trials
         note = ""
@@ -193,7 +204,7 @@ class BuiltinProposer(ProposerBase):
                 "Supervised fine-tuning on the train split lifts accuracy over the weak base model.",
                 "No trials yet: SFT is the cheapest reliable first step.",
                 supervised,
-                DEFAULT_LR.get(supervised, 1e-4),
+                rates.get(supervised, 1e-4),
                 None,
             )
 
@@ -212,7 +223,7 @@ class BuiltinProposer(ProposerBase):
                 "smaller learning rate and batch trains stably.",
                 "Back off after a failed trial instead of abandoning the direction.",
                 recipe,
-                _lr(last.proposal) * 0.5,
+                _lr(last.proposal, rates) * 0.5,
                 last.proposal.init_from,
                 "debug",
                 per_device_train_batch_size=max(8, batch // 2),
@@ -225,7 +236,7 @@ class BuiltinProposer(ProposerBase):
         best_trial = top.trial_id if beats_base and top else None  # nothing beat the base yet: start from it
         parent = next((t for t in _succeeded(trials) if t.trial_id == best_trial), None)
         parent_recipe = parent.proposal.recipe if parent else supervised
-        parent_lr = _lr(parent.proposal) if parent else DEFAULT_LR.get(supervised, 1e-4)
+        parent_lr = _lr(parent.proposal, rates) if parent else rates.get(supervised, 1e-4)
 
         if stalls == 0:
             return proposal(
@@ -246,12 +257,12 @@ class BuiltinProposer(ProposerBase):
                 "checkpoint fixes the remaining systematic errors.",
                 f"{stalls} trials without improvement: change the learning signal, not the step size.",
                 recipe,
-                DEFAULT_LR.get(recipe, 1e-4),
+                rates.get(recipe, 1e-4),
                 best_trial,
             )
 
         tried_lrs = {
-            round(_lr(t.proposal), 12)
+            round(_lr(t.proposal, rates), 12)
             for t in trials
             if t.proposal.init_from == best_trial and t.proposal.recipe == parent_recipe
         }

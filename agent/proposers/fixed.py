@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from agent.core import Proposal, ProposalContext
 from agent.proposers.base import ProposerBase
-from agent.proposers.builtin import DEFAULT_LR, trial_budget
+from agent.proposers.builtin import default_rates, trial_budget
 
 
 class FixedProposer(ProposerBase):
@@ -24,7 +24,7 @@ class FixedProposer(ProposerBase):
             hypothesis=f"the default recipe: {recipe} at its default hyperparameters from the base model{again}.",
             rationale="The fixed recipe a search is measured against: no choice made from earlier trials.",
             recipe=recipe,
-            hyperparameters={"learning_rate": DEFAULT_LR.get(recipe, 1e-4), **budget},
+            hyperparameters={"learning_rate": default_rates(context).get(recipe, 1e-4), **budget},
             parent=None,
             operator="draft",
             estimated_cost_s=seconds,

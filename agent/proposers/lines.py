@@ -30,7 +30,7 @@ from typing import Any
 
 from agent.core import Operator, Proposal, ProposalContext, TrialRecord
 from agent.proposers.base import ProposerBase, SearchDone
-from agent.proposers.builtin import DEFAULT_LR, trial_budget, value
+from agent.proposers.builtin import default_rates, trial_budget, value
 from agent.proposers.data_moves import DataReport, carried, data_report, takes_row_moves
 
 PROBE_SHARE = (
@@ -207,7 +207,7 @@ class LineProposer(ProposerBase):
         if index is None:
             raise SearchDone(f"the plan is done: {plan.text()}")
         step = plan.steps[index]
-        head, rate, moves = self._head(plan, progress, step)
+        head, rate, moves = self._head(plan, progress, step, default_rates(context))
         tries = progress.tries.get(index, [])
         proposal = self._proposal(context, plan, step, head, rate, moves, retry=tries[-1] if tries else None)
         sibling = self._sibling(plan, progress, step)
@@ -230,7 +230,7 @@ class LineProposer(ProposerBase):
         return None
 
     def _head(
-        self, plan: Plan, progress: Progress, step: Step
+        self, plan: Plan, progress: Progress, step: Step, rates: dict[str, float]
     ) -> tuple[TrialRecord | None, float, dict[str, Any]]:
         """The trial `step` starts from (None: the base model), and the line's rate and train-row choices there.
         Walking the plan's earlier steps, part by part: where a probe ran beside the line's own trial, the better
@@ -255,10 +255,10 @@ class LineProposer(ProposerBase):
         if (
             head is None or head.proposal.recipe != stage.recipe
         ):  # the base, or a new stage: its own rate, moves
-            return head, DEFAULT_LR.get(stage.recipe, 1e-4), dict(stage.moves)
+            return head, rates.get(stage.recipe, 1e-4), dict(stage.moves)
         return (
             head,
-            _rate(head, DEFAULT_LR.get(stage.recipe, 1e-4)),
+            _rate(head, rates.get(stage.recipe, 1e-4)),
             carried(head.proposal.hyperparameters, stage.recipe),
         )
 

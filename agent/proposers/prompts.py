@@ -127,6 +127,22 @@ def compute_lines(context: ProposalContext) -> list[str]:
     return [*lines, TRIAL_TIME_NOTE]
 
 
+def model_default_lines(context: ProposalContext) -> list[str]:
+    """The defaults that fit this base model where they differ from the library's (trainers.model_fit)."""
+    changed = {recipe: fields for recipe, fields in context.recipe_defaults.items() if fields}
+    if not changed:
+        return []
+    lines = [
+        "Defaults for this base model, used for every field a proposal leaves unset (the library's defaults above "
+        "were tuned on tiny models built from scratch and ruin a pretrained one):"
+    ]
+    lines += [
+        f"- {recipe}: {', '.join(f'{k}={v!r}' for k, v in fields.items())}"
+        for recipe, fields in changed.items()
+    ]
+    return lines
+
+
 def proposal_prompt(
     context: ProposalContext,
     catalog: RecipeCatalog,
@@ -158,6 +174,7 @@ def proposal_prompt(
         "",
         "# Trainer library",
         catalog.render(),
+        *model_default_lines(context),
         "",
         "# Trials so far (a child continued from its parent's checkpoint)",
         render_trial_tree(context.trials, context.base_model, context.baseline_score, context.best_trial_id),

@@ -9,7 +9,7 @@ import random
 
 from agent.core import Proposal, ProposalContext
 from agent.proposers.base import ProposerBase
-from agent.proposers.builtin import DEFAULT_LR, trial_budget, value
+from agent.proposers.builtin import default_rates, trial_budget, value
 from agent.proposers.data_moves import data_report, takes_row_moves
 
 LR_FACTORS = (0.3, 0.5, 0.7, 1.0, 2.0)
@@ -33,7 +33,7 @@ class RandomProposer(ProposerBase):
         parents += [t.trial_id for t in context.trials if t.status == "succeeded" and value(t) is not None]
         parent = rng.choice(parents)
         recipe = rng.choice(context.recipes or ["sft", "grpo"])
-        lr = DEFAULT_LR.get(recipe, 1e-4) * rng.choice(LR_FACTORS)
+        lr = default_rates(context).get(recipe, 1e-4) * rng.choice(LR_FACTORS)
         schedule = rng.choice(SCHEDULES)
         data = data_report(context.workspace, context.benchmark)
         choices = rng.choice([{}, *(m.fields for m in data.moves)]) if takes_row_moves(recipe) else {}

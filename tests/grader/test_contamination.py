@@ -24,6 +24,7 @@ from grader.contamination import (
     scan_folder,
     scan_text,
     sketch_distance,
+    sketch_sizes,
     trial_folder,
     weights_sketch,
 )
@@ -195,6 +196,39 @@ def test_sketches_see_near_duplicates(tmp_path: Path, tiny_base: Path) -> None:
     _, other = weights_sketch(_state(make_tiny_model(tmp_path / "o", seed=9)))
     assert (sketch_distance(other, base) or 0.0) > 0.1
     assert sketch_distance(b"", base) is None
+
+
+def test_a_fine_tune_that_leaves_most_weights_alone_is_not_a_copy_and_a_cast_copy_is(
+    tmp_path: Path, tiny_base: Path
+) -> None:
+    """A pretrained model's fine-tune moves a few tensors and leaves the rest (SmolLM2-135M after 27 SFT steps at
+    5e-5: 0.00099 over all weights, 0.0059 in its most-moved tensor), where noise and casts move every tensor alike:
+    the copy checks go by the most-moved tensor."""
+    from safetensors.torch import load_file, save_file
+
+    files = [tiny_base / "model.safetensors"]
+    eps = IntegrityConfig().copy_epsilon
+    weights = load_file(str(files[0]))
+    shutil.copytree(tiny_base, tmp_path / "tuned")
+    tuned = dict(weights)
+    floats = [k for k in tuned if tuned[k].is_floating_point()]
+    name = min(floats, key=lambda k: float(tuned[k].double().norm()))  # the tensor with the least weight
+    tuned[name] = tuned[name] * (1 + 2 * eps)  # moved twice the threshold; every other tensor untouched
+    save_file(tuned, str(tmp_path / "tuned" / "model.safetensors"))
+    total = math.sqrt(sum(float((tuned[k] - weights[k]).double().norm()) ** 2 for k in weights))
+    assert (
+        total / math.sqrt(sum(float(w.double().norm()) ** 2 for w in weights.values())) < eps
+    )  # one norm: a "copy"
+    assert (relative_distance_to_files(_state(tmp_path / "tuned"), files) or 0.0) > eps
+    shutil.copytree(tiny_base, tmp_path / "cast")
+    cast = {k: v.half().float() if v.is_floating_point() else v for k, v in weights.items()}
+    save_file(cast, str(tmp_path / "cast" / "model.safetensors"))
+    distance = relative_distance_to_files(_state(tmp_path / "cast"), files)
+    assert distance is not None and distance < eps
+    state, tuned_state = _state(tiny_base), _state(tmp_path / "tuned")
+    _, base_sketch = weights_sketch(state)
+    _, tuned_sketch = weights_sketch(tuned_state)
+    assert (sketch_distance(tuned_sketch, base_sketch, sketch_sizes(tuned_state)) or 0.0) > eps
 
 
 # --- the service, in process: its own test items, best skips flagged ------------------------------------------

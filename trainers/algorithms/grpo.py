@@ -21,6 +21,7 @@ from trainers.runtime import (
     seed_everything,
     steps_text,
     train_trl,
+    use_threads,
 )
 
 RewardKind = Literal["correct", "format"]
@@ -50,8 +51,11 @@ class GRPORecipeConfig(TrainerConfig, TrainRowChoices):
     use_vllm: bool = Field(
         default=False, description="Generate with vLLM (needs the vllm package and a GPU)."
     )
-    torch_threads: int = Field(
-        default=1, ge=1, description="CPU threads for torch; 1 is fastest for tiny models."
+    torch_threads: int | None = Field(
+        default=1,
+        ge=1,
+        description="CPU threads for torch; 1 is fastest for tiny models; None: every core the trial has "
+        "(OMP_NUM_THREADS where the loop shares the machine between trials), what a pretrained model needs.",
     )
 
     @model_validator(mode="after")
@@ -84,7 +88,7 @@ def run_grpo(config: GRPORecipeConfig) -> TrainResult:
             keep_vllm_cpu_weights_plain()
     from trl import GRPOConfig, GRPOTrainer
 
-    torch.set_num_threads(config.torch_threads)
+    use_threads(config.torch_threads)
     seed_everything(config.seed)
     rewards = reward_functions(config.benchmark, config.reward_functions, config.prompt_format)
     staging = prepare_output_dir(config.output_dir)

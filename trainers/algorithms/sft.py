@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import torch
 from pydantic import Field
 
 from trainers.config import TrainerConfig, TrainRowChoices
@@ -17,6 +16,7 @@ from trainers.runtime import (
     seed_everything,
     steps_text,
     train_trl,
+    use_threads,
 )
 
 
@@ -31,8 +31,11 @@ class SFTRecipeConfig(TrainerConfig, TrainRowChoices):
     completion_only_loss: bool = Field(
         default=True, description="Loss on the answer tokens only (false: on the prompt too)."
     )
-    torch_threads: int = Field(
-        default=1, ge=1, description="CPU threads for torch; 1 is fastest for tiny models."
+    torch_threads: int | None = Field(
+        default=1,
+        ge=1,
+        description="CPU threads for torch; 1 is fastest for tiny models; None: every core the trial has "
+        "(OMP_NUM_THREADS where the loop shares the machine between trials), what a pretrained model needs.",
     )
 
 
@@ -40,7 +43,7 @@ def run_sft(config: SFTRecipeConfig) -> TrainResult:
     """Fine-tune `model_path` on `train_file`; writes the checkpoint and metrics.json into `output_dir`."""
     from trl import SFTConfig, SFTTrainer
 
-    torch.set_num_threads(config.torch_threads)
+    use_threads(config.torch_threads)
     seed_everything(config.seed)
     staging = prepare_output_dir(config.output_dir)
     model, tokenizer = load_model_and_tokenizer(config.model_path)

@@ -231,3 +231,17 @@ def test_the_llm_researcher_is_shown_the_same_report_and_route(tmp_path: Path) -
     assert 'answer_format="final_number"' in section and "Moves compose" in section
     assert "route on this budget: sft with answer_format=final_number, filter_by_verifier=True" in section
     assert "schedule_from and schedule_to" in section
+
+
+def test_a_pretrained_models_rates_and_trial_length_carry_through_the_line() -> None:
+    """The rates that fit the base model (trainers.model_fit, in the context) are the line's, and a run that leaves
+    trial length to the proposer gets trials no longer than the fit allows."""
+    context = _context([], units=4, per_trial=True).model_copy(
+        update={"recipe_defaults": {"sft": {"learning_rate": 5e-5}}, "max_trial_seconds": 240.0}
+    )
+    first = LineProposer().propose(context)
+    assert first.hyperparameters["learning_rate"] == 5e-5 and first.hyperparameters["max_seconds"] == 240.0
+    second = LineProposer().propose(
+        context.model_copy(update={"trials": [_record(1, first, 0.3)], "trials_left": 3})
+    )
+    assert second.hyperparameters["learning_rate"] == 5e-5 and second.init_from == "t01"

@@ -38,6 +38,7 @@ from sandbox.registry import get_sandbox
 from sandbox.view import FIXED
 from tests.support.openai_server import ScriptedOpenAIServer, reply
 from trainers.config import TrainerConfig
+from trainers.model_fit import fit_for
 from trainers.registry import list_recipes
 
 RECIPE_PATH_FIELDS = [
@@ -258,6 +259,7 @@ def test_a_refused_proposal_fails_its_trial_in_the_run_log(run: RunPaths, base_m
         base_model=base_model,
         benchmark=get_benchmark(config.benchmark),
         limits=TrialLimits.of_run(config),
+        fit=fit_for(base_model),
     )
     research = Research(context)
     teacher = str(run.grader_dir / "test.jsonl")
