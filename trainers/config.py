@@ -108,6 +108,13 @@ class TrainerConfig(BaseModel):
     system_prompt: str | None = Field(
         default=None, description="chat only: a system turn before every prompt (as the grader's)."
     )
+    torch_threads: int | None = Field(
+        default=1,
+        ge=1,
+        description="CPU threads for torch; 1 is fastest for tiny models (and keeps trials that share a machine "
+        "off each other's cores); None: every core the trial has (OMP_NUM_THREADS where the loop shares the "
+        "machine between trials), what a pretrained model needs.",
+    )
     gradient_checkpointing: bool = Field(
         default=False,
         description="Recompute activations in the backward pass: less memory for bigger models, about 30% slower.",

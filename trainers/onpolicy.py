@@ -87,7 +87,8 @@ def load_samples(
 
 def load_policy(config: TrainerConfig) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """The trainable model on `trainers.device`'s device and dtype (wrapped with LoRA adapters when `config.lora`,
-    with gradient checkpointing when asked) and its tokenizer."""
+    with gradient checkpointing when asked) and its tokenizer; torch on the config's threads from here on."""
+    runtime.use_threads(config.torch_threads)
     model, tokenizer = runtime.load_model_and_tokenizer(Path(config.model_path))
     if config.gradient_checkpointing:
         device.enable_gradient_checkpointing(model)

@@ -128,6 +128,7 @@ def run(config: DPOConfig) -> TrainResult:
     from trl import DPOConfig as TRLDPOConfig
     from trl import DPOTrainer
 
+    runtime.use_threads(config.torch_threads)
     op.seed_everything(config.seed)
     samples = op.load_samples(config.train_file, config.max_train_samples, op.chat_prompts(config))
     model, tokenizer = runtime.load_model_and_tokenizer(Path(config.model_path))

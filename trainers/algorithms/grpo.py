@@ -51,12 +51,6 @@ class GRPORecipeConfig(TrainerConfig, TrainRowChoices):
     use_vllm: bool = Field(
         default=False, description="Generate with vLLM (needs the vllm package and a GPU)."
     )
-    torch_threads: int | None = Field(
-        default=1,
-        ge=1,
-        description="CPU threads for torch; 1 is fastest for tiny models; None: every core the trial has "
-        "(OMP_NUM_THREADS where the loop shares the machine between trials), what a pretrained model needs.",
-    )
 
     @model_validator(mode="after")
     def _batch_holds_whole_groups(self) -> GRPORecipeConfig:

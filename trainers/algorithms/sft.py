@@ -31,12 +31,6 @@ class SFTRecipeConfig(TrainerConfig, TrainRowChoices):
     completion_only_loss: bool = Field(
         default=True, description="Loss on the answer tokens only (false: on the prompt too)."
     )
-    torch_threads: int | None = Field(
-        default=1,
-        ge=1,
-        description="CPU threads for torch; 1 is fastest for tiny models; None: every core the trial has "
-        "(OMP_NUM_THREADS where the loop shares the machine between trials), what a pretrained model needs.",
-    )
 
 
 def run_sft(config: SFTRecipeConfig) -> TrainResult:
