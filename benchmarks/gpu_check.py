@@ -429,7 +429,7 @@ class Check:
         if done.returncode != 0:
             tail = (done.stdout + done.stderr).strip().splitlines()[-5:]
             raise RuntimeError(f"rlloop run exited {done.returncode}: {' | '.join(tail)}")
-        from agent.run.status import read_state
+        from agent.status.runs import read_state
 
         run_dir = home / "runs" / "gpu-check"
         state = read_state(run_dir)

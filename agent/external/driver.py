@@ -48,25 +48,26 @@ from agent.external.gateway import agent_env as llm_env
 from agent.external.llm_traces import CallTraces
 from agent.llm import Budget, BudgetLimits, PriceTable
 from agent.loop import TRAIN_ENV
-from agent.run import (
+from agent.processes import RunInterrupted, interrupts_in_main_thread
+from agent.results import (
     FINISH_RESERVE_S,
-    GraderProcess,
-    Reporter,
-    RunConfig,
-    RunInterrupted,
-    RunPaths,
-    Tracker,
     close_tracking,
     final_figures,
-    interrupts_in_main_thread,
-    locate_run,
-    open_sandbox,
-    prepare_workspace,
     read_final,
-    record_run,
     result_row,
     write_ending,
 )
+from agent.run import (
+    GraderProcess,
+    Reporter,
+    RunConfig,
+    RunPaths,
+    locate_run,
+    open_sandbox,
+    prepare_workspace,
+    record_run,
+)
+from agent.tracking import Tracker
 from sandbox import untrusted
 from sandbox.base import Mount, Sandbox, SandboxRequest, SandboxResult, maps_paths
 from sandbox.namespaces import hand_to_sandbox_user
@@ -553,7 +554,7 @@ def _finalize(
     gateway: ModelGateway | None = None,
     final_model: str | None = None,
 ) -> dict[str, Any]:
-    """Everything reported comes from the grader's finalize, as for built-in runs (`agent.run.finish`); the model
+    """Everything reported comes from the grader's finalize, as for built-in runs (`agent.results.finish`); the model
     calls' totals from the gateway's budget ledger (`result_row` reads it)."""
     final = read_final(reporter, lambda: grader.finalize() if _alive(grader) else {})
     success = bool(result is not None and result.ok)

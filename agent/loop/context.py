@@ -9,15 +9,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from agent.loop.limits import TrialLimits
+from agent.loop.startup import StartedRun, make_budget, write_recipe_catalog
 from agent.proposers import make_proposer
-from agent.run import (
-    StartedRun,
-    make_budget,
-    open_sandbox,
-    prepare_workspace,
-    resolve_base_model,
-    write_recipe_catalog,
-)
+from agent.run import open_sandbox, prepare_workspace, resolve_base_model
 from grader.benchmarks import get_benchmark
 
 if TYPE_CHECKING:

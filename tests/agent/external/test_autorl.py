@@ -20,7 +20,7 @@ from rich.console import Console
 from agent.external.agent_failure import diagnose
 from agent.external.autorl import AutoRLAdapter, init_run_meta, read_run_meta
 from agent.external.driver import TokenRelay
-from agent.run.results import read_results
+from agent.results.rows import read_results
 from agent.run.workspace import RunPaths, prepare_workspace
 from grader.benchmarks import get_benchmark
 from grader.benchmarks.gsm8k import GSM8KBenchmark, find_data_dir

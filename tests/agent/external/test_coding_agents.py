@@ -117,7 +117,7 @@ def test_a_coding_agent_runs_unchanged_through_the_gateway(
     from typer.testing import CliRunner
 
     from agent.cli.commands import app
-    from agent.run.results import read_results
+    from agent.results.rows import read_results
     from tests.sandbox.docker_support import require_docker
 
     require_docker()

@@ -12,8 +12,8 @@ import httpx
 import pytest
 
 from agent.external.driver import ExternalAgentError, TokenRelay, agent_grader, load_agent, run_external
+from agent.results.rows import read_results
 from agent.run.config import RunConfig
-from agent.run.results import read_results
 from agent.run.workspace import RunPaths
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "example_agent"

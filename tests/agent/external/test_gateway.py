@@ -30,8 +30,8 @@ from agent.external.gateway import (
 )
 from agent.llm.budget import Budget, BudgetLimits
 from agent.llm.pricing import ModelPrice, PriceTable
+from agent.results.rows import result_row
 from agent.run.config import RunConfig
-from agent.run.results import result_row
 from agent.run.workspace import RunPaths
 from tests.support.openai_server import ScriptedOpenAIServer, reply
 
@@ -328,7 +328,7 @@ def test_every_call_is_an_mlflow_trace_linked_to_the_run(rig: Rig, tmp_path: Pat
     import mlflow
 
     from agent.external.llm_traces import CallTraces
-    from agent.run.tracking import Tracker
+    from agent.tracking.tracker import Tracker
 
     tracker = Tracker(f"sqlite:///{tmp_path / 'mlflow.db'}", tmp_path / "mlartifacts")
     parent = tracker.start_parent("gw-run", "arith", {}, environment={})
@@ -499,7 +499,7 @@ def test_an_llm_driven_agent_runs_unchanged_through_bench(
     from typer.testing import CliRunner
 
     from agent.cli.commands import app
-    from agent.run.results import read_results
+    from agent.results.rows import read_results
     from tests.support.openai_server import call, tool_calls
 
     if sandbox == "docker":

@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 import pytest
 
-from agent.run.results import read_results
+from agent.results.rows import read_results
 from tests.agent.service.browser import DevTools, chromium, skip_without_chromium
 from tests.agent.service.support import (
     add_users,
