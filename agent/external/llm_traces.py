@@ -12,7 +12,7 @@ import logging
 import queue
 import threading
 
-from agent.external.gateway import GatewayCall
+from agent.external.gateway_setup import GatewayCall
 from agent.tracking import PARENT_TAG, Tracker
 
 log = logging.getLogger(__name__)

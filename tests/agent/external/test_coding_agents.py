@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from agent.external import named
-from agent.external.driver import ExternalAgentError, is_agent_folder, load_agent, named_agent_problem
+from agent.external.agent_folder import ExternalAgentError, is_agent_folder, load_agent, named_agent_problem
 from agent.run.config import RunConfig
 from tests.support.agent_upstreams import Read, Run, SessionUpstream, Write
 

@@ -20,14 +20,10 @@ import httpx
 import openai
 import pytest
 
-from agent.external.driver import INSIDE_URL, TokenRelay, launcher
-from agent.external.gateway import (
-    PLACEHOLDER_PREFIX,
-    GatewayConfig,
-    GatewayError,
-    ModelGateway,
-    agent_env,
-)
+from agent.external.agent_request import INSIDE_URL, launcher
+from agent.external.gateway import ModelGateway
+from agent.external.gateway_setup import PLACEHOLDER_PREFIX, GatewayConfig, GatewayError, agent_env
+from agent.external.relay import TokenRelay
 from agent.llm.budget import Budget, BudgetLimits
 from agent.llm.pricing import ModelPrice, PriceTable
 from agent.results.rows import result_row
@@ -599,7 +595,7 @@ PTB_AGENT = Path(__file__).parents[1] / "fixtures" / "ptb_agent"
 
 
 def test_a_solve_sh_folder_is_a_posttrainbench_agent(tmp_path: Path) -> None:
-    from agent.external.driver import is_agent_folder, load_agent
+    from agent.external.agent_folder import is_agent_folder, load_agent
     from agent.external.posttrainbench import prompt
 
     spec = load_agent(PTB_AGENT)
