@@ -6,7 +6,8 @@ host. So each process that starts containers has one keeper beside it: a small p
 Ctrl-C or a group's SIGTERM reaches the process that started the trials, which stops them itself, not the keeper),
 ignoring SIGINT, SIGTERM and SIGHUP, whose stdin is a pipe only that process writes to: `+<id>` when a container is
 created, `-<id>` when it is removed. At EOF, which comes when the process is gone however it went (SIGKILL
-included), the keeper removes every container it still holds through the engine, and exits.
+included), the keeper kills every container it still holds through the engine, and exits; the exited container stays
+for the next `cleanup()` (a resumed run's first step) to remove and name, as the in-container watchdog leaves it.
 
 `hold` and `release` are the host's side (`sandbox.backends.docker`); `python -m sandbox.container_keeper` is the
 keeper.
@@ -32,14 +33,14 @@ class ContainerKeeper:
         self._held: set[str] = set()
 
     def hold(self, container_id: str) -> None:
-        """From now until `release`, the container is removed if this process dies. Raises when no keeper can be
+        """From now until `release`, the container is killed if this process dies. Raises when no keeper can be
         started (a trial must not start without its lifeline)."""
         with self._lock:
             self._held.add(container_id)
             self._send(f"+{container_id}\n")
 
     def release(self, container_id: str) -> None:
-        """The container is gone (removed by its run): nothing to remove for it any more."""
+        """The container is gone (removed by its run): nothing to kill for it any more."""
         with self._lock:
             self._held.discard(container_id)
             if self._live():
@@ -86,14 +87,13 @@ KEEPER = ContainerKeeper()
 
 
 def keep_until_eof() -> None:
-    """The keeper: read `+id`/`-id` lines until EOF, then remove what is still held."""
+    """The keeper: read `+id`/`-id` lines until EOF, then kill what is still held."""
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)
     from sandbox.dockerlib import docker_sdk
 
-    client = docker_sdk().from_env(
-        timeout=30
-    )  # made before EOF: the removal is not kept waiting for the import
+    # the client is made before EOF, so the kill is not kept waiting for the SDK's import
+    client = docker_sdk().from_env(timeout=30)
     held: set[str] = set()
     for raw in sys.stdin.buffer:
         line = raw.decode(errors="replace").strip()
@@ -102,10 +102,9 @@ def keep_until_eof() -> None:
         elif line.startswith("-"):
             held.discard(line[1:])
     for container_id in sorted(held):
-        with contextlib.suppress(
-            Exception
-        ):  # gone already, or the engine is down: the next cleanup() sees it
-            client.containers.get(container_id).remove(force=True)
+        # gone already, or the engine is down: the next cleanup() sees what is left
+        with contextlib.suppress(Exception):
+            client.containers.get(container_id).kill()
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ prints gigabytes cannot fill the host disk) into the capped log. The container i
 A container never outlives the process that started it, even one killed with SIGKILL, and this does not rest on the
 trial's good will: the lifeline is held on the host, out of the trial's reach. Each container is held by this
 process's keeper (`sandbox.container_keeper`: a process beside this one, which no trial can signal) from its
-creation to its removal; when this process dies the keeper removes it through the engine. A second line, for when the
+creation to its removal; when this process dies the keeper kills it through the engine. A second line, for when the
 keeper dies too (a SIGKILL of the whole process tree): the command runs under a small shell watchdog whose stdin is a
 socket this process holds open for the trial's life (`StdinOnce`); when the process dies the kernel closes the
 socket, the engine closes the container's stdin, and the watchdog kills every process in the container. The watchdog
@@ -171,7 +171,7 @@ class DockerSandbox(SandboxBase):
         reader: threading.Thread | None = None
         lifeline: Any = None
         try:
-            KEEPER.hold(container.id)  # from here on, our death removes it (see the module docstring)
+            KEEPER.hold(container.id)  # from here on, our death kills it (see the module docstring)
             reaper.register(container.id, sup.stopper(lambda: _kill(container)))
             # held open until the trial is over; the kernel closes it if this process dies (see the docstring)
             lifeline = container.attach_socket(params={"stdin": 1, "stream": 1})

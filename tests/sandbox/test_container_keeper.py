@@ -45,5 +45,5 @@ def test_the_keeper_stands_apart_and_is_replaced_when_killed() -> None:
     keeper.release("c1")
     keeper.release("c2")
     assert keeper._proc is not None and keeper._proc.stdin is not None
-    keeper._proc.stdin.close()  # what our death does: EOF, and the keeper ends (nothing left to remove)
+    keeper._proc.stdin.close()  # what our death does: EOF, and the keeper ends (nothing left to kill)
     assert keeper._proc.wait(timeout=30) == 0
