@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # npm for the agent image's coding agents (Claude Code, Codex, OpenCode come from the npm registry through the host's
-# npm: sandbox/images.py). Installs Debian's nodejs and npm when npm is missing; idempotent, for root on CI.
+# npm: sandbox/agent_clis.py). Installs Debian's nodejs and npm when npm is missing; idempotent, for root on CI.
 set -euo pipefail
 if command -v npm >/dev/null 2>&1; then
   echo "[node.sh] npm $(npm --version) already here; nothing to do"

@@ -21,8 +21,9 @@ from typing import Any
 
 import httpx
 
-from agent.external.driver import TokenRelay
-from agent.external.gateway import GatewayConfig, ModelGateway
+from agent.external.gateway import ModelGateway
+from agent.external.gateway_setup import GatewayConfig
+from agent.external.relay import TokenRelay
 from agent.llm.budget import Budget
 from agent.llm.pricing import PriceTable
 

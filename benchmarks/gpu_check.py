@@ -75,7 +75,7 @@ class PackagesMissing(RuntimeError):
 
     def __init__(self, packages: list[str]) -> None:
         MISSING.update(packages)
-        super().__init__(f"missing packages: {', '.join(packages)}; bring their wheels (README: GPU check)")
+        super().__init__(f"missing packages: {', '.join(packages)}; bring their wheels (docs/gpu-check.md)")
 
 
 @dataclass(frozen=True)
@@ -162,7 +162,7 @@ def has(module: str) -> bool:
 
 def missing_packages(*modules: str) -> list[str]:
     """The rlloop modules that cannot be imported here for want of a package: the package names (the modules
-    themselves import fine otherwise). On the GPU machine these are the wheels to bring along (README)."""
+    themselves import fine otherwise). On the GPU machine these are the wheels to bring along (docs/gpu-check.md)."""
     lacking: list[str] = []
     for module in modules:
         try:
@@ -429,7 +429,7 @@ class Check:
         if done.returncode != 0:
             tail = (done.stdout + done.stderr).strip().splitlines()[-5:]
             raise RuntimeError(f"rlloop run exited {done.returncode}: {' | '.join(tail)}")
-        from agent.run.status import read_state
+        from agent.status.runs import read_state
 
         run_dir = home / "runs" / "gpu-check"
         state = read_state(run_dir)

@@ -17,7 +17,7 @@ from pathlib import Path
 from agent.loop.driver import execute
 from agent.run.config import RunConfig
 from agent.run.reporting import Reporter
-from agent.run.status import read_state
+from agent.status.runs import read_state
 
 
 def main() -> None:

@@ -233,7 +233,7 @@ def _one_run(
 
 def read_run(run_dir: Path) -> dict[str, Any]:
     """What one finished run handed its user, as the grader scored it, and its path there (trial by trial)."""
-    from agent.run.status import read_state
+    from agent.status.runs import read_state
 
     summary = json.loads((run_dir / "summary.json").read_text())
     grader = summary.get("grader") or {}

@@ -22,7 +22,7 @@ from typing import Any
 from agent.loop.driver import execute
 from agent.run.config import RunConfig
 from agent.run.reporting import Reporter
-from agent.run.status import read_state
+from agent.status.runs import read_state
 
 
 def one_run(home: Path, k: int, args: argparse.Namespace) -> dict[str, Any]:

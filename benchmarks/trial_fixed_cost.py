@@ -58,7 +58,7 @@ def run_recipe(
     from agent.loop.driver import execute
     from agent.run.config import RunConfig
     from agent.run.reporting import Reporter
-    from agent.run.status import read_state
+    from agent.status.runs import read_state
 
     run_id = f"fixed-cost-{recipe}-{'warm' if prewarm else 'cold'}-{int(time.time())}"
     config = RunConfig(

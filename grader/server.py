@@ -26,7 +26,8 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from grader.contract import FinalizeAnswer, GraderConfig, SubmitAnswer, SubmitRequest
-from grader.service import GraderService, SubmissionRejected
+from grader.rejected import SubmissionRejected
+from grader.service import GraderService
 
 log = logging.getLogger("grader")
 

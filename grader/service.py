@@ -1,8 +1,9 @@
-"""The grading service behind the HTTP API: baseline, submission queue, one-at-a-time evaluation, finalize.
+"""The grading service behind the HTTP API: the baseline, and one worker thread that evaluates queued submissions in
+order, one at a time (with the integrity checks, which flag a submission and never fail it).
 
-All state lives in the store (SQLite), so the service can die at any moment and come back with every submission.
-Accepting a submission (limits, duplicate lookup, insert) happens in one store transaction, so concurrent requests
-are each recorded exactly once; one worker thread evaluates queued submissions in order.
+All state lives in the store (SQLite), so the service can die at any moment and come back with every submission
+(`_recover` queues again what a previous process left unfinished). How a submission comes in: `grader.intake`; what
+the grader answers about them, finalize included: `grader.standings`.
 """
 
 from __future__ import annotations
@@ -11,12 +12,9 @@ import hashlib
 import json
 import logging
 import queue
-import shutil
 import threading
 import time
-import uuid
 from concurrent.futures import Future
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,37 +31,17 @@ from grader.checkpoint import (
     inspect_checkpoint,
     load_checkpoint,
     load_model,
-    locate_submission,
-    snapshot_submission,
     weights_fingerprint,
 )
 from grader.config import GraderConfig, pin_chat
 from grader.contamination import Flag, TestItemIndex, flags_json, integrity_flags
-from grader.contract import (
-    BestSubmission,
-    FinalizeAnswer,
-    FlaggedSubmission,
-    PrivateScore,
-    SubmitAnswer,
-    TrajectoryPoint,
-)
 from grader.evaluation import EvalResult, evaluate_model, select_samples
-from grader.figures import run_figures
+from grader.intake import Intake
 from grader.stats import ScoreSummary, summarize
-from grader.store import Baseline, Store, Submission, write_json_atomically
+from grader.store import Baseline, Store, Submission
 from sandbox.devices import gpu_lease, visible_gpu_ids
 
 log = logging.getLogger("grader")
-
-
-class SubmissionRejected(Exception):
-    """A request the service refuses; `status_code` is the HTTP status, the message is safe to return."""
-
-    def __init__(self, status_code: int, reason: str, submission_id: int | None = None) -> None:
-        super().__init__(reason)
-        self.status_code = status_code
-        self.reason = reason
-        self.submission_id = submission_id
 
 
 def public_ids(sample_ids: list[str], fraction: float | None, seed: int) -> set[str]:
@@ -75,22 +53,9 @@ def public_ids(sample_ids: list[str], fraction: float | None, seed: int) -> set[
     return set(ranked[:k])
 
 
-@dataclass(frozen=True)
-class Received:
-    """A submission the grader has copied and checked, not yet recorded: the path as sent (lexically
-    normalised), the weights' content hash, its private copy and that copy's file digest."""
-
-    model_path: str
-    content_hash: str
-    snapshot: Path
-    files_sha256: str
-
-    def discard(self) -> None:
-        shutil.rmtree(self.snapshot, ignore_errors=True)
-
-
-class GraderService:
-    """Owns the store, the base model reference, the test samples and the evaluation worker."""
+class GraderService(Intake):
+    """Owns the store, the base model reference, the test samples and the evaluation worker; takes submissions in
+    (`Intake`) and reports on them (`Standings`)."""
 
     def __init__(self, config: GraderConfig) -> None:
         self.config = config
@@ -330,136 +295,6 @@ class GraderService:
             log.warning("submission %d flagged (%s): %s", sub.id, flag.check, flag.evidence)
         return flags
 
-    @property
-    def snapshots_dir(self) -> Path:
-        """Private copies of submissions waiting to be scored."""
-        return self.private_dir / "submissions"
-
-    def _take_snapshot(self, raw_path: str) -> tuple[str, Path, str]:
-        """(path as sent, private copy, file digest) of a submitted folder (CheckpointError when refused)."""
-        root, relative = locate_submission(raw_path, self.config.allowed_roots)
-        self.snapshots_dir.mkdir(mode=0o700, exist_ok=True)
-        dest = self.snapshots_dir / uuid.uuid4().hex
-        digest = snapshot_submission(root, relative, dest, self.config.limits)
-        return str(root / relative), dest, digest
-
-    def _snapshot_of(self, sub: Submission) -> Path:
-        """The private copy a submission is scored from; made again from the submitted folder when a previous
-        process left none (a store from before copies, or a copy lost with its folder)."""
-        if sub.snapshot and (self.private_dir / sub.snapshot).is_dir():
-            return self.private_dir / sub.snapshot
-        _, dest, digest = self._take_snapshot(sub.model_path)
-        self.store.update(sub.id, snapshot=str(dest.relative_to(self.private_dir)), files_sha256=digest)
-        return dest
-
-    def _drop_snapshot(self, sub: Submission) -> None:
-        current = self.store.get(sub.id).snapshot
-        if current:
-            shutil.rmtree(self.private_dir / current, ignore_errors=True)
-            self.store.update(sub.id, snapshot=None)
-
-    # --- accepting submissions --------------------------------------------------------------------------------
-    def finalized(self) -> bool:
-        return self.store.get_meta("finalized_at") is not None
-
-    def check_open(self) -> None:
-        if self.startup_error:
-            raise SubmissionRejected(503, f"grader failed to start: {self.startup_error}")
-        if not self.ready:
-            raise SubmissionRejected(
-                503, "grader is still scoring the baseline; retry when /health says ready"
-            )
-        if self.finalized():
-            raise SubmissionRejected(409, "the run is finalized; no more submissions are accepted")
-
-    def validate(self, raw_path: str) -> Received:
-        """Copy the submitted folder into the grader's private folder (never following a link the submitter
-        made) and check the copy; rejected submissions are recorded as failed, with the reason."""
-        assert self.base_ref is not None
-        dest: Path | None = None
-        try:
-            model_path, dest, files = self._take_snapshot(raw_path)
-            info = inspect_checkpoint(dest, self.base_ref, self.config.limits)
-            return Received(model_path, content_hash(info), dest, files)
-        except CheckpointError as exc:
-            if dest is not None:
-                shutil.rmtree(dest, ignore_errors=True)
-            with self.store.transaction() as db:
-                row = self.store.insert(
-                    db, model_path=raw_path[:4096], status="failed", error=str(exc), finished_at=time.time()
-                )
-            self.write_mirror()
-            raise SubmissionRejected(400, str(exc), row.id) from None
-
-    def accept(self, received: Received) -> tuple[Submission, Future[Submission] | None]:
-        """Record the submission (or a duplicate of an earlier one) exactly once; returns what to wait for."""
-        try:
-            accepted = self._accept(received)
-        except BaseException:
-            received.discard()
-            raise
-        if accepted[0].duplicate_of is not None:
-            received.discard()  # scored already, as the original
-        self.write_mirror()
-        return accepted
-
-    def _accept(self, received: Received) -> tuple[Submission, Future[Submission] | None]:
-        cfg = self.config
-        resolved, digest = received.model_path, received.content_hash
-        with self._accept_lock, self.store.transaction() as db:
-            if self.finalized():
-                raise SubmissionRejected(409, "the run is finalized; no more submissions are accepted")
-            original = self.store.find_original(db, digest)
-            if original is not None:
-                dup = self.store.insert(
-                    db,
-                    model_path=resolved,
-                    content_hash=digest,
-                    files_sha256=received.files_sha256,
-                    status="done",
-                    duplicate_of=original.id,
-                    finished_at=time.time(),
-                )
-                return dup, self._futures.get(original.id)
-            count, last = self.store.counted(db)
-            if cfg.max_submissions is not None and count >= cfg.max_submissions:
-                raise SubmissionRejected(
-                    429, f"submission limit reached ({cfg.max_submissions}); no more submissions in this run"
-                )
-            now = time.time()
-            if last is not None and now - last < cfg.min_interval_s:
-                wait = cfg.min_interval_s - (now - last)
-                raise SubmissionRejected(
-                    429, f"submissions must be {cfg.min_interval_s:g}s apart; retry in {wait:.1f}s"
-                )
-            sub = self.store.insert(
-                db,
-                model_path=resolved,
-                content_hash=digest,
-                snapshot=str(received.snapshot.relative_to(self.private_dir)),
-                files_sha256=received.files_sha256,
-                status="queued",
-                created_at=now,
-            )
-            return sub, self._enqueue(sub.id)
-
-    # --- views ------------------------------------------------------------------------------------------------
-    def elapsed(self, at: float | None = None) -> float:
-        return max(0.0, (at if at is not None else time.time()) - self.started_at)
-
-    def reported_baseline(self) -> float:
-        assert self.baseline is not None
-        return float(
-            self.baseline.public_score if self.baseline.public_score is not None else self.baseline.score
-        )
-
-    def best(self) -> Submission | None:
-        """Best finished, unflagged submission by its reported (public) score; the earliest wins ties."""
-        done = [
-            s for s in self.store.all() if s.status == "done" and s.duplicate_of is None and not s.flagged
-        ]
-        return max(done, key=lambda s: (s.public_score or 0.0, -s.id), default=None)
-
     def _weakest_isolation(self, now: str) -> str:
         """The run's isolation over all its starts: once any attempt trained unisolated, its scores say so for
         good (a resumed run on a better sandbox cannot wash the earlier submissions clean)."""
@@ -467,156 +302,3 @@ class GraderService:
         before = self.store.get_meta("isolation")
         level = now if before is None or rank.get(now, 2) < rank.get(before, 2) else before
         return self.store.set_meta("isolation", level)
-
-    def public_view(self, sub: Submission, *, reveal: bool) -> dict[str, Any]:
-        """What /scores shows of a submission; private scores only once the run is finalized."""
-        source = sub
-        if sub.duplicate_of is not None:
-            source = self.store.get(sub.duplicate_of)
-        view: dict[str, Any] = {
-            "submission_id": sub.id,
-            "model_path": sub.model_path,
-            "status": source.status if sub.duplicate_of is not None else sub.status,
-            "score": source.public_score,
-            "n": source.n,
-            "ci_low": source.ci_low,
-            "ci_high": source.ci_high,
-            "is_copy": bool(source.is_copy),
-            "duplicate_of": sub.duplicate_of,
-            "files_sha256": sub.files_sha256,
-            "flagged": source.flagged,
-            "flags": source.flag_list,
-            "isolation": self.isolation,
-            "error": sub.error or (source.error if sub.duplicate_of is not None else None),
-            "created_at": sub.created_at,
-            "elapsed_seconds": round(self.elapsed(sub.created_at), 3),
-            "finished_at": sub.finished_at,
-        }
-        if reveal:
-            view["private_score"] = source.private_score
-            view["full_test_score"] = source.score
-        return view
-
-    def scores(self) -> dict[str, Any]:
-        reveal = self.finalized()
-        baseline: dict[str, Any] | None = None
-        if self.baseline is not None:
-            baseline = {
-                "score": self.reported_baseline(),
-                "n": self.baseline.n,
-                "ci_low": self.baseline.ci_low,
-                "ci_high": self.baseline.ci_high,
-            }
-            if reveal:
-                baseline["private_score"] = self.baseline.private_score
-        best = self.best()
-        return {
-            "run_id": self.config.run_id,
-            "benchmark": self.config.benchmark,
-            "finalized": reveal,
-            "isolation": self.isolation,
-            "public_private_split": self.config.split_enabled,
-            "baseline": baseline,
-            "best": {"submission_id": best.id, "score": best.public_score} if best else None,
-            "submissions": [self.public_view(s, reveal=reveal) for s in self.store.all()],
-        }
-
-    def write_mirror(self) -> None:
-        if self.config.scores_mirror is None:
-            return
-        try:
-            write_json_atomically(self.config.scores_mirror, self.scores())
-        except OSError as exc:
-            log.warning("could not write the scores mirror %s: %s", self.config.scores_mirror, exc.strerror)
-
-    def submit_response(self, sub: Submission) -> SubmitAnswer:
-        """The AutoRL-Bench-compatible /submit answer for a finished submission (or its duplicate)."""
-        source = self.store.get(sub.duplicate_of if sub.duplicate_of is not None else sub.id)
-        if source.status == "failed":
-            raise SubmissionRejected(422, f"evaluation failed: {source.error}", sub.id)
-        counted = sum(1 for s in self.store.all() if s.duplicate_of is None and s.content_hash is not None)
-        best = self.best()
-        baseline = self.reported_baseline()
-        score = float(source.public_score or 0.0)
-        remaining = (
-            None if self.config.max_submissions is None else max(0, self.config.max_submissions - counted)
-        )
-        return SubmitAnswer(
-            submission_id=sub.id,
-            score=score,
-            baseline_score=baseline,
-            improvement=score - baseline,
-            best=BestSubmission(submission_id=best.id, score=best.public_score) if best else None,
-            total_submissions=counted,
-            elapsed_seconds=round(self.elapsed(), 3),
-            remaining_submissions=remaining,
-            n=source.n,
-            ci_low=source.ci_low,
-            ci_high=source.ci_high,
-            duplicate_of=sub.duplicate_of,
-            files_sha256=sub.files_sha256,  # of the files scored (this submission's own copy of them)
-            isolation=self.isolation,
-            is_copy=bool(source.is_copy),
-            flagged=source.flagged,
-            flags=source.flag_list,
-            status=source.status,
-        )
-
-    # --- finalize ---------------------------------------------------------------------------------------------
-    def finalize(self) -> FinalizeAnswer:
-        """End the run: reveal private scores, pick the final best on public, report it on private.
-
-        `reported` holds the run's figures by the one score rule (`grader.figures`): the private pair when the test
-        set is split, the public pair otherwise; with no unflagged submission, best = baseline and improvement 0.0
-        (on both parts, so `final_private_score` is then the private baseline)."""
-        if not self.ready or self.baseline is None:
-            raise SubmissionRejected(503, "grader is not ready; finalize after /health says ready")
-        self.store.set_meta("finalized_at", repr(time.time()), only_if_missing=True)
-        subs = self.store.all()
-        originals = [s for s in subs if s.duplicate_of is None]
-        done = [s for s in originals if s.status == "done"]
-        best = self.best()
-        baseline_public = self.reported_baseline()
-        baseline_private = (
-            self.baseline.private_score if self.baseline.private_score is not None else baseline_public
-        )
-        public = run_figures(baseline_public, float(best.public_score or 0.0) if best else None, "public")
-        private = run_figures(baseline_private, float(best.private_score or 0.0) if best else None, "private")
-        reported = private if self.config.split_enabled else public
-        trajectory = [
-            TrajectoryPoint(
-                submission_id=s.id, elapsed_seconds=round(self.elapsed(s.created_at), 3), score=s.public_score
-            )
-            for s in done
-        ]
-        metrics = FinalizeAnswer(
-            run_id=self.config.run_id,
-            benchmark=self.config.benchmark,
-            isolation=self.isolation,
-            finalized_at=float(self.store.get_meta("finalized_at") or 0.0),
-            total_submissions=len(originals),
-            valid_submissions=len(done),
-            valid_submission_rate=(len(done) / len(originals)) if originals else 0.0,
-            duplicate_count=len(subs) - len(originals),
-            copy_model_count=sum(1 for s in done if s.is_copy),
-            flagged_submissions=[
-                FlaggedSubmission(submission_id=s.id, flags=s.flag_list) for s in done if s.flagged
-            ],
-            score_trajectory=trajectory,
-            baseline_score=public.baseline,
-            best_submission_id=best.id if best else None,
-            best_files_sha256=best.files_sha256 if best else None,  # what the host checks its best against
-            best_score=public.best,
-            improvement=public.improvement,
-            time_to_best=round(self.elapsed(best.created_at), 3) if best else None,
-            baseline_private_score=private.baseline,
-            final_private_score=private.best,
-            private_improvement=private.improvement,
-            private_scores=[PrivateScore(submission_id=s.id, private_score=s.private_score) for s in done],
-            public_private_split=self.config.split_enabled,
-            reported=reported,
-        )
-        write_json_atomically(self.private_dir / "final.json", metrics.model_dump(mode="json"))
-        self.write_mirror()
-        log.info("finalized: best %s", metrics.best_submission_id)
-        return metrics

@@ -25,7 +25,7 @@ def build(
 ) -> None:
     """Build rlloop/trainer:cpu (or :gpu) from a wheelhouse of this host's package versions; with --agent, then
     rlloop/agent:cpu on top of the CPU image."""
-    from sandbox.images import build_agent_image, build_image
+    from sandbox.image_build import build_agent_image, build_image
 
     if agent and gpu:
         typer.echo("error: --agent builds on the CPU image; build --gpu and --agent separately", err=True)

@@ -4,7 +4,9 @@ A `Registry` maps a name to an entry (a factory, or an object such as a `Recipe`
 in this order, and a later one never shadows an earlier name:
 
 1. built-ins, registered lazily by `builtins` (a function that imports the modules that call `register`), so that
-   naming a registry costs nothing until it is used;
+   naming a registry costs nothing until it is used; or, for a registry that lives below the code of its built-ins
+   (the proposers, above the run's config that names them), by the functions that the distribution's own entry
+   point group `builtins_group` names, so the registry's module imports nothing above it;
 2. code that calls `register` (a test, an application embedding rlloop);
 3. Python entry points in the registry's group (`rlloop.sandboxes`, `rlloop.recipes`, ...). An entry point may
    name an object, registered under the entry point's name, or a module, whose import is its registration (so one
@@ -57,6 +59,7 @@ class Registry(Generic[T]):
         group: str,
         *,
         builtins: Callable[[], None] | None = None,
+        builtins_group: str | None = None,
         rescan: Callable[[], Found[T]] | None = None,
         reserved: Iterable[str] = (),
         hint: str = "",
@@ -66,6 +69,8 @@ class Registry(Generic[T]):
         self.reserved = tuple(reserved)  # names a config may hold that are not entries, such as "auto"
         self.hint = hint  # where a user can see the list, e.g. "see `rlloop sandbox list`"
         self._builtins = builtins
+        self._builtins_group = builtins_group
+        self._missing_builtins = ""  # why the built-ins are not here, when their entry point group is empty
         self._rescan = rescan
         self._entries: dict[str, T] = {}
         self._origins: dict[str, str] = {}
@@ -114,9 +119,24 @@ class Registry(Generic[T]):
             self._loaded = True  # before loading: a built-in module that looks itself up must not recurse
             if self._builtins is not None:
                 self._builtins()
+            if self._builtins_group is not None:
+                self._load_builtins_group(self._builtins_group)
             self._load_entry_points()
         for problem in self._problems:
             log.warning(problem)
+
+    def _load_builtins_group(self, group: str) -> None:
+        """Call each function the group names (it registers the built-ins); an empty group means the installed
+        metadata predates it, which a reinstall mends: said in the problems and in every unknown-name message."""
+        found = sorted(entry_points(group=group), key=lambda e: e.name)
+        if not found:
+            self._missing_builtins = (
+                f"no built-in {self.kind}s: the entry point group {group!r} is empty (rlloop's installed metadata "
+                "is missing or older than its pyproject.toml: reinstall it, `make install` or `pip install -e .`)"
+            )
+            self._problems.append(self._missing_builtins)
+        for ep in found:
+            ep.load()()
 
     def _load_entry_points(self) -> None:
         for ep in sorted(entry_points(group=self.group), key=lambda e: e.name):
@@ -219,7 +239,8 @@ class Registry(Generic[T]):
         known = ", ".join(self.choices()) or "none"
         hint = f" ({self.hint})" if self.hint else ""
         plugins = f"; plugins add more through the {self.group!r} entry point group"
-        return f"unknown {self.kind} {name!r}: choose one of {known}{hint}{plugins}"
+        missing = f"; {self._missing_builtins}" if self._missing_builtins else ""
+        return f"unknown {self.kind} {name!r}: choose one of {known}{hint}{plugins}{missing}"
 
 
 def registered(registry: Callable[[], Registry[Any]]) -> Callable[[str], str]:

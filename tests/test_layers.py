@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -42,9 +43,11 @@ def test_each_package_imports_only_the_layers_below_it(package: str) -> None:
 # Import circles between files. Counted: every `import` statement wherever it stands: at module level, inside a
 # function (a lazy import is still a dependency, and often the one that hides a circle) and under
 # `if TYPE_CHECKING:` (a type named from a module is a dependency on it, even if it never runs); `from x import y` as
-# an import of the submodule x.y where y is one, relative imports resolved. Not counted: imports by a name held in a
-# string (`importlib.import_module`, entry points: how the plugin registries load their built-ins). An import of
-# a.b.c is an edge to a.b.c only, not to the packages a and a.b whose __init__ it also runs.
+# an import of the submodule x.y where y is one, relative imports resolved; `import_module("a.b")` and
+# `importlib.import_module("a.b")` with a literal name (an import by name is still an import). Not counted: a name
+# computed at run time (a registry's list of modules) and entry points, which the distribution's metadata names
+# (how a registry below its built-ins is handed them). An import of a.b.c is an edge to a.b.c only, not to the
+# packages a and a.b whose __init__ it also runs.
 
 # Known circles not yet broken, each an exact set: a new circle fails, and so does a listed one that is gone or has
 # changed (remove or update its entry). None today; keep it that way.
@@ -95,6 +98,14 @@ class _Imports(ast.NodeVisitor):
 
     def visit_Import(self, node: ast.Import) -> None:
         self.found += [(alias.name, node.lineno, self.depth > 0) for alias in node.names]
+
+    def visit_Call(self, node: ast.Call) -> None:
+        function = node.func
+        named = function.id if isinstance(function, ast.Name) else getattr(function, "attr", None)
+        name = node.args[0].value if node.args and isinstance(node.args[0], ast.Constant) else None
+        if named == "import_module" and isinstance(name, str) and not name.startswith("."):
+            self.found.append((name, node.lineno, self.depth > 0))
+        self.generic_visit(node)
 
     def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
         if node.level:
@@ -210,6 +221,9 @@ def test_the_known_circles_are_still_there() -> None:
             {"tasks.atomic", "tasks.chat"},
         ),
         ("trainers.verl.plan", "import os, torch, verl.trainer", set()),
+        ("trainers.verl.plan", "def f():\n    import_module('tasks.atomic').x()", {"tasks.atomic"}),
+        ("trainers.verl.plan", "importlib.import_module('trainers.verl.resolve')", {"trainers.verl.resolve"}),
+        ("trainers.verl.plan", "import_module(name); import_module('verl.trainer')", set()),
     ],
 )
 def test_imports_are_resolved_to_the_files_they_load(module: str, source: str, expected: set[str]) -> None:
@@ -227,8 +241,9 @@ AGENT_LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"launch"}),
     frozenset({"external"}),
     frozenset({"loop"}),
-    frozenset({"proposers"}),
+    frozenset({"proposers", "results"}),
     frozenset({"run"}),
+    frozenset({"tracking", "status", "processes"}),
     frozenset({"llm"}),
     frozenset({"core"}),
 )
@@ -305,3 +320,71 @@ def test_the_parts_of_agent_use_each_other_through_their_faces() -> None:
                         f"{path.relative_to(ROOT)}:{node.lineno} uses {hidden}, not in agent.{target}.__all__"
                     )
     assert not wrong, "imports past a part's face:\n" + "\n".join(wrong)
+
+
+# A face is what the other parts need of a part, not where what fitted nowhere else goes: at most MAX_FACE names, and
+# each one used outside its part (imported by another part, a test or a benchmark; named by an entry point in
+# pyproject.toml; or documented in CONTRIBUTING.md as `agent.<part>.<name>` for plugin authors).
+MAX_FACE = 30
+# Names known to be used nowhere outside their part, each an exact set per part: a new one fails, and so does a listed
+# one that is used now (remove it).
+KNOWN_UNUSED: dict[str, frozenset[str]] = {}
+
+
+def _used_names() -> dict[str, set[str]]:
+    """Part -> the names of its face that something outside the part uses."""
+    used: dict[str, set[str]] = {}
+    sources = [
+        path for top in ("agent", "tests", "benchmarks") for path in sorted((ROOT / top).rglob("*.py"))
+    ]
+    for path in sources:
+        rel = path.relative_to(ROOT).parts
+        own = rel[1] if rel[0] == "agent" and len(rel) > 2 else None
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                part = _agent_part(node.module)
+                if part is not None and part != own and node.module == f"agent.{part}":
+                    used.setdefault(part, set()).update(alias.name for alias in node.names)
+    named = (ROOT / "pyproject.toml").read_text() + (ROOT / "CONTRIBUTING.md").read_text()
+    for part, name in re.findall(r"\bagent\.(\w+)[.:](\w+)", named):
+        used.setdefault(part, set()).add(name)
+    return used
+
+
+def test_no_face_lists_more_than_max_face_names() -> None:
+    sizes = {part: len(_face(part)) for parts in AGENT_LAYERS for part in parts}
+    assert all(size > 0 for size in sizes.values())
+    assert not {part: size for part, size in sizes.items() if size > MAX_FACE}, (
+        f"a face lists more than {MAX_FACE} names (move what one part uses into it, or make a part of its own): "
+        f"{sorted(sizes.items(), key=lambda item: -item[1])}"
+    )
+
+
+def test_every_name_of_a_face_is_used_outside_its_part() -> None:
+    used = _used_names()
+    unused = {
+        part: sorted(_face(part) - used.get(part, set()))
+        for parts in AGENT_LAYERS
+        for part in parts
+        if _face(part) - used.get(part, set()) != KNOWN_UNUSED.get(part, frozenset())
+    }
+    assert not unused, (
+        f"face names used nowhere outside their part (drop them, or update KNOWN_UNUSED): {unused}"
+    )
+
+
+# A module does one job; past MAX_MODULE_LINES it is doing more (split it by job, not at the line). Known long
+# modules, each exact: a new one fails, and so does a listed one that is short now (remove it).
+MAX_MODULE_LINES = 500
+KNOWN_LONG: frozenset[str] = frozenset()
+
+
+def test_no_module_of_the_product_packages_is_over_max_module_lines() -> None:
+    long = {
+        str(path.relative_to(ROOT)): lines
+        for path in MODULES.values()
+        if (lines := len(path.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES
+    }
+    assert set(long) == KNOWN_LONG, (
+        f"modules over {MAX_MODULE_LINES} lines (KNOWN_LONG: {sorted(KNOWN_LONG)}): {long}"
+    )

@@ -1,6 +1,6 @@
 """benchmarks/research_ladder.py end to end, as a smoke test only: real runs of the fixed recipe and the tree on a
 tiny arith rung, their figures read back from the grader, the table, the property check and the plot. Nothing is
-ranked here (a two-trial rung on 60 test samples separates nothing); the comparison's figures are in README."""
+ranked here (a two-trial rung on 60 test samples separates nothing); the comparison's figures are in docs/research.md."""
 
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ recipe's config class and each parameter's name and shape) when it is small enou
 same recipe and the same parameters loads the moments and skips its warm-up; anything else (another recipe, other
 shapes, LoRA, a damaged or oversized file) starts a fresh optimizer, and the log says why.
 
-Resuming is a choice, off by default, because it was measured (README, "Does the research help?"): five chained
+Resuming is a choice, off by default, because it was measured (docs/research.md): five chained
 12-s SFT trials at one rate gained about 3 points with it (0.66 against 0.63 on valid, two seeds), the tree on the
 arith rung moved -0.008 ± 0.042, and the greedy cascade, which anneals 0.7x per trial, lost 0.042 ± 0.018: a fresh
 optimizer's first steps are larger, and that is what kept an over-annealed line moving.

@@ -86,7 +86,7 @@ def benchmarks() -> None:
 @app.command()
 def runs(home: Annotated[Path | None, typer.Option()] = None) -> None:
     """Past runs with baseline, best, submissions and status (newest last), and each run's headline in words."""
-    from agent.run import checkpoint_text, collect_runs
+    from agent.status import checkpoint_text, collect_runs
 
     rows = collect_runs(_home(home))
     if not rows:
@@ -199,7 +199,8 @@ def ui(
     ] = 1,
 ) -> None:
     """Open the MLflow UI on the run store: a lean server (one worker, no job runners)."""
-    from agent.run import review_links, run_child, ui_command
+    from agent.processes import run_child
+    from agent.tracking import review_links, ui_command
 
     root = _home(home).resolve()
     cmd, env = ui_command(root, host=host, port=port, workers=workers)
@@ -244,13 +245,8 @@ def grade_serve(
     import json
     import secrets
 
-    from agent.run import (
-        ModelNotFoundError,
-        ensure_home,
-        free_port,
-        new_run_id,
-        resolve_base_model,
-    )
+    from agent.processes import free_port
+    from agent.run import ModelNotFoundError, ensure_home, new_run_id, resolve_base_model
     from grader.benchmarks import get_benchmark
     from tasks.atomic import atomic_write_json
     from tasks.plugins import UnknownPluginError
@@ -294,7 +290,7 @@ def grade_serve(
     console.print(f"  GRADER_TOKEN={config['token']}")
     console.print(f"  submissions must lie under {config['allowed_roots'][0]}; store: {private}")
     console.print("  the baseline is scored before /health reports ready; Ctrl-C stops the server")
-    from agent.run import run_child
+    from agent.processes import run_child
 
     raise typer.Exit(run_child([sys.executable, "-m", "grader", "serve", "--config", str(config_path)]))
 

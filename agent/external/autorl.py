@@ -1,4 +1,4 @@
-"""What an AutoRL-Bench agent expects beyond the grader's own API, added by the token relay (`agent.external.driver`).
+"""What an AutoRL-Bench agent expects beyond the grader's own API, added by the token relay (`agent.external.relay`).
 
 AutoRL-Bench's runner (rdagent/scenarios/rl/autorl_bench: run.py, core/server.py, core/utils.py) gives its agents:
 - `run_meta.json` in the workspace, the "single source of truth" for time: `start_time`, `timeout_s`,

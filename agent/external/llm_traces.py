@@ -12,8 +12,8 @@ import logging
 import queue
 import threading
 
-from agent.external.gateway import GatewayCall
-from agent.run import PARENT_TAG, Tracker
+from agent.external.gateway_setup import GatewayCall
+from agent.tracking import PARENT_TAG, Tracker
 
 log = logging.getLogger(__name__)
 AGENT_LLM_KIND = "agent_llm"  # the `rlloop.kind` tag of these traces

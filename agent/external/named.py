@@ -3,7 +3,7 @@ claude-code,codex,opencode`.
 
 Each is a PostTrainBench agent folder shipped with rlloop (`agent/external/agents/<name>/solve.sh`): the CLI,
 unchanged, launched with the command line PostTrainBench's own solve.sh uses, its provider pointed at rlloop's
-gateway. The CLIs themselves ship in the agent image (`sandbox.images.AGENT_CLIS`). A name is accepted wherever an
+gateway. The CLIs themselves ship in the agent image (`sandbox.agent_clis.AGENT_CLIS`). A name is accepted wherever an
 agent folder is (the CLI's `--agents`, a sweep spec's `agents`), and a folder of that name in the working directory
 does not shadow it: `./claude-code` names the folder.
 """

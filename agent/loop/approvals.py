@@ -17,7 +17,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from agent.core import Proposal, TrialRecord
-from agent.run import atomic_write_json
+from tasks.atomic import atomic_write_json
 
 
 class Decision(BaseModel):

@@ -28,9 +28,11 @@ from agent.core import Proposal, ProposalContext, TrialRecord
 from agent.loop.context import RunContext
 from agent.loop.resources import RunResources
 from agent.loop.trials import TrialSetupError, verify_checkpoint, with_model_defaults
-from agent.run import RunPaths, atomic_write_json, failpoint
+from agent.processes import failpoint
+from agent.run import RunPaths
 from sandbox import untrusted
 from sandbox.base import SandboxRequest
+from tasks.atomic import atomic_write_json
 
 if TYPE_CHECKING:
     from agent.run import RunConfig

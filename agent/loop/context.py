@@ -9,18 +9,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from agent.loop.limits import TrialLimits
+from agent.loop.startup import StartedRun, make_budget, write_recipe_catalog
 from agent.loop.trials import allowed_recipes
 from agent.proposers import make_proposer
-from agent.run import (
-    StartedRun,
-    check_base_model,
-    first_use_note,
-    make_budget,
-    open_sandbox,
-    prepare_workspace,
-    resolve_base_model,
-    write_recipe_catalog,
-)
+from agent.run import check_base_model, first_use_note, open_sandbox, prepare_workspace, resolve_base_model
 from grader.benchmarks import get_benchmark
 from trainers.model_fit import ModelFit, fit_for
 

@@ -14,20 +14,11 @@ from agent.loop.context import build_context
 from agent.loop.ending import finalize
 from agent.loop.graph import LoopState, build_graph
 from agent.loop.nodes import Research
-from agent.run import (
-    Reporter,
-    RunConfig,
-    RunInterrupted,
-    RunPaths,
-    end_leftovers,
-    ended_early,
-    error_line,
-    interrupted_before_start,
-    interrupts_as_exceptions,
-    open_checkpoints,
-    print_summary,
-    start_run,
-)
+from agent.loop.startup import start_run
+from agent.processes import RunInterrupted, interrupts_as_exceptions
+from agent.results import ended_early, error_line, interrupted_before_start, print_summary
+from agent.run import Reporter, RunConfig, RunPaths, end_leftovers
+from agent.status import open_checkpoints
 
 
 def execute(

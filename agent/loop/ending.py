@@ -1,6 +1,6 @@
 """The end of a research run: the grader's final numbers (never workspace files), the results.csv row, summary.json,
 the plot and the MLflow parent run's close, and the best checkpoint, checked before it is reported. The pieces a run
-of any kind shares are `agent.run.finish`; this is how the loop's nodes (`finish`) and its driver (an interrupted
+of any kind shares are `agent.results.finish`; this is how the loop's nodes (`finish`) and its driver (an interrupted
 run) put them together."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 from agent.core import TrialRecord
 from agent.loop.graph import LoopState
 from agent.loop.resources import RunResources
-from agent.run import (
+from agent.results import (
     best_checkpoint,
     close_tracking,
     final_figures,
@@ -20,7 +20,7 @@ from agent.run import (
     write_ending,
 )
 
-# what a run's headline reads of the loop's state (agent.run.run_headline)
+# what a run's headline reads of the loop's state (agent.status.run_headline)
 HEADLINE_FIELDS = {"baseline_score", "best_score", "best_trial_id", "submissions"}
 
 

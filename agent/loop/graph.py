@@ -6,7 +6,7 @@ validate scores the checkpoint on the public valid split; the submission policy 
 whether it goes to the grader or straight to record.
 
 State holds the run's records as typed objects (`LoopState`: each trial a `TrialRecord`, the baselines
-`BaselineScore`s); the SQLite checkpointer stores them and revives them as objects (`agent.run.open_checkpoints`,
+`BaselineScore`s); the SQLite checkpointer stores them and revives them as objects (`agent.status.open_checkpoints`,
 whose allowlist names their classes). Nodes read the state's attributes and return the fields they change, as
 objects; they never change an object of the state in place (the checkpointer may still be writing it: they copy a
 record first). Live resources (grader process, sandbox, MLflow client) belong to the `LoopNodes` object that

@@ -2,7 +2,7 @@
 
 prepare scores the baseline, propose asks the proposer, approve waits for a reviewer, run_trial trains in the
 sandbox, submit grades, record keeps the result, finish ends the run. Starting, pausing and resuming a run is
-`agent.loop.driver`; the end of a run (results row, plot, MLflow) is `agent.loop.ending` over `agent.run.finish`.
+`agent.loop.driver`; the end of a run (results row, plot, MLflow) is `agent.loop.ending` over `agent.results.finish`.
 """
 
 from __future__ import annotations
@@ -24,8 +24,11 @@ from agent.loop.graph import LoopState
 from agent.loop.limits import TrialLimits
 from agent.loop.submission import Screened
 from agent.loop.trials import TrialSetupError, allowed_recipes, outcome, with_model_defaults
+from agent.processes import failpoint
 from agent.proposers import SearchDone
-from agent.run import FINISH_RESERVE_S, GraderError, failpoint, submission_flags, traced_nodes
+from agent.results import FINISH_RESERVE_S, submission_flags
+from agent.run import GraderError
+from agent.tracking import traced_nodes
 from grader.figures import run_figures
 from sandbox.base import SandboxResult
 from trainers.schedule import TRIAL_STARTED_ENV

@@ -27,10 +27,11 @@ from pathlib import Path
 
 from agent.loop.limits import TrialLimits
 from agent.loop.trials import PreparedTrial, fresh_output, plugin_mounts, python_for, sandbox_request
-from agent.run import RunPaths, atomic_write_json
+from agent.run import RunPaths
 from sandbox import untrusted
 from sandbox.base import Sandbox, SandboxRequest, SandboxResult, maps_paths
 from sandbox.view import TrialView
+from tasks.atomic import atomic_write_json
 from trainers.warm import RECIPES_ENV
 
 GO_FILE = "go.json"

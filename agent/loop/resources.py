@@ -27,7 +27,8 @@ from agent.loop.trials import (
     python_for,
     sandbox_request,
 )
-from agent.run import GraderProcess, Tracker
+from agent.run import GraderProcess
+from agent.tracking import Tracker
 from sandbox import untrusted
 from sandbox.base import SandboxRequest, maps_paths
 from sandbox.registry import isolation_of

@@ -33,7 +33,7 @@ from agent.loop.validation import (
     validate,
     validation_file,
 )
-from agent.run import failpoint
+from agent.processes import failpoint
 from grader.config import EvalConfig
 from grader.figures import run_figures
 

@@ -25,11 +25,12 @@ from pydantic import ValidationError
 from agent.core import Proposal, TrialRecord
 from agent.loop.limits import TrialLimits
 from agent.proposers import closed_field_problems, proposal_problems
-from agent.run import RunPaths, atomic_write_json, atomic_write_text
+from agent.run import RunPaths
 from sandbox import untrusted
 from sandbox.base import Mount, Sandbox, SandboxRequest, SandboxResult, maps_paths
 from sandbox.namespaces import hand_to_sandbox_user
 from sandbox.view import TrialView
+from tasks.atomic import atomic_write_json, atomic_write_text
 from trainers.model_fit import ModelFit
 
 TRAIN_ENV = {

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from agent.core import Proposal, ProposalContext, Proposes, TrialRecord, lazy_face
-from agent.proposers.base import Proposer, ProposerBase, RunView, SearchDone, with_hooks
-from agent.run import PROPOSERS, ProposerFactory
+from agent.core import Proposal, ProposalContext, Proposes, lazy_face
+from agent.proposers.base import Proposer, ProposerBase, SearchDone, with_hooks
+from agent.run import PROPOSERS
 
 if TYPE_CHECKING:
     from agent.llm import Budget
@@ -29,11 +29,7 @@ __all__ = [
     "ProposalContext",
     "Proposer",
     "ProposerBase",
-    "ProposerFactory",
-    "Proposes",
-    "RunView",
     "SearchDone",
-    "TrialRecord",
     "check_code",
     "closed_field_problems",
     "is_path_name",

@@ -49,7 +49,7 @@ from agent.proposers.proposal_paths import closed_field_problems, proposal_probl
 from agent.proposers.recipes import RecipeCatalog
 from agent.proposers.static_check import check_code
 from agent.proposers.tools import ToolCallRecord, ToolEnv, call_tool, tool_specs
-from agent.run import child_span
+from agent.tracking import child_span
 from tasks.atomic import atomic_write_text
 
 logger = logging.getLogger(__name__)

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from agent.proposers.failures import answer_pattern, failure_clusters
 from sandbox import untrusted
 from tasks.plugins import Registry
 
@@ -247,40 +248,6 @@ class ValidationArgs(TrialArgs):
     limit: int = Field(10, ge=0, le=50, description="How many wrong answers to show.")
 
 
-def _answer_pattern(text: str) -> str:
-    """A coarse shape of an answer: digits become 9, letters a, so '123' and '456' cluster together."""
-    shape = re.sub(r"[A-Za-z]+", "a", re.sub(r"\d+", "9", text.strip()))
-    return shape[:40] or "(empty)"
-
-
-def _error_kind(expected: str, got: str) -> str:
-    got, expected = got.strip(), expected.strip()
-    if not got:
-        return "empty answer"
-    if expected and re.search(rf"(?<![\w.]){re.escape(expected)}(?![\w.])", got) and got != expected:
-        return "right answer with extra text"
-    if _answer_pattern(got) != _answer_pattern(expected):
-        return "wrong format"
-    number = re.compile(r"^-?\d+(\.\d+)?$")
-    if number.match(got) and number.match(expected):
-        return "wrong number (off by <=10%)" if _close(got, expected) else "wrong number"
-    return "wrong value, right format"
-
-
-def _close(got: str, expected: str) -> bool:
-    a, b = float(got), float(expected)
-    return abs(a - b) <= 0.1 * max(1.0, abs(b))
-
-
-def failure_clusters(samples: Iterable[dict[str, Any]]) -> list[tuple[str, int, list[dict[str, Any]]]]:
-    """Wrong samples grouped by error kind (empty, extra text, wrong format, wrong number...), biggest first."""
-    groups: dict[str, list[dict[str, Any]]] = collections.defaultdict(list)
-    for sample in samples:
-        if not sample.get("correct"):
-            groups[_error_kind(str(sample.get("expected", "")), str(sample.get("got", "")))].append(sample)
-    return sorted(((k, len(v), v) for k, v in groups.items()), key=lambda item: -item[1])
-
-
 def _validation_results(env: ToolEnv, args: ValidationArgs) -> ToolOutput:
     env.trial_dir(args.trial_id)  # a trial id, or ToolFailure
     if not untrusted.is_file(env.records, f"{args.trial_id}/validation.json"):
@@ -306,7 +273,7 @@ def _validation_results(env: ToolEnv, args: ValidationArgs) -> ToolOutput:
     for kind, count, members in failure_clusters(samples):
         example = members[0]
         lines.append(f"- {kind}: {count}, e.g. {example.get('expected')!r} -> {example.get('got')!r}")
-    patterns = collections.Counter(_answer_pattern(str(s.get("got", ""))) for s in wrong)
+    patterns = collections.Counter(answer_pattern(str(s.get("got", ""))) for s in wrong)
     if patterns:
         lines.append(
             "wrong answers by shape: " + ", ".join(f"{p!r} x{n}" for p, n in patterns.most_common(5))

@@ -6,7 +6,6 @@ import json
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -15,12 +14,13 @@ from typing import Any
 
 import httpx
 
-from agent.run.children import Child, kill_tree, spawn_child
+from agent.processes import Child, free_port, kill_tree, spawn_child
 from agent.run.config import RunConfig
-from agent.run.workspace import RunPaths, atomic_write_json
+from agent.run.workspace import RunPaths
 from grader.contract import EvalConfig, FinalizeAnswer, GraderConfig, SubmitAnswer
 from sandbox.devices import DevicePlan, plan_devices
 from tasks import procfs
+from tasks.atomic import atomic_write_json
 
 STALE_GRACE_S = 3.0  # a stale grader busy in an evaluation gets this long after SIGTERM, then SIGKILL
 
@@ -45,12 +45,6 @@ def stop_stale_grader(paths: RunPaths) -> str | None:
 
 class GraderError(RuntimeError):
     """The grading server could not be started or answered with an error."""
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def grader_config(

@@ -1,19 +1,16 @@
-"""What people see: live console lines, a log file readable after a crash, the score plot (results.csv: `results`)."""
+"""What people see while a run runs: live console lines, and a log file readable after a crash (the end of a run:
+`agent.results`)."""
 
 from __future__ import annotations
 
-import io
 import logging
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 from rich.console import Console
-
-from tasks.atomic import atomic_write_bytes
 
 
 class Reporter:
@@ -89,65 +86,3 @@ def _last_line(path: Path) -> str:
     except OSError:
         return ""
     return lines[-1].strip() if lines else ""
-
-
-def submission_flags(grading: dict[str, Any]) -> str:
-    """The mark after a submission's console line: the grader's integrity flags with their evidence, or a copy."""
-    from rich.markup import escape
-
-    flags = grading.get("flags") or []
-    if flags:
-        text = "; ".join(f"{f.get('check')}: {f.get('evidence')}" for f in flags)
-        return f" [red]FLAGGED ({escape(text)}); never the best[/red]"
-    return " [yellow](copy of the base model)[/yellow]" if grading.get("is_copy") else ""
-
-
-def flagged_report(trials: list[dict[str, Any]]) -> list[str]:
-    """One line per trial whose submission the grader flagged, for the end-of-run summary."""
-    from rich.markup import escape
-
-    lines = []
-    for trial in trials:
-        flags = (trial.get("grading") or {}).get("flags") or []
-        if flags:
-            text = "; ".join(f"{f.get('check')}: {f.get('evidence')}" for f in flags)
-            lines.append(
-                f"{trial.get('trial_id')} was flagged by the grader and never counted as best: {escape(text)}"
-            )
-    return lines
-
-
-def plot_scores(path: Path, scores: list[float], baseline: float | None, title: str) -> Path | None:
-    """Score over submissions, with the baseline and the best so far: the picture a reviewer wants."""
-    if not scores:
-        return None
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6.4, 3.6), dpi=110)
-    steps = list(range(1, len(scores) + 1))
-    best = [max(scores[: i + 1]) for i in range(len(scores))]
-    ax.plot(steps, scores, "o-", label="submission score")
-    ax.step(steps, best, where="post", linestyle="--", label="best so far")
-    if baseline is not None:
-        ax.axhline(baseline, color="grey", linestyle=":", label=f"baseline {baseline:.3f}")
-    ax.set_xlabel("submission")
-    ax.set_ylabel("score")
-    ax.set_xticks(steps)
-    ax.set_title(title)
-    ax.legend(loc="best")
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    return save_figure(fig, path)
-
-
-def save_figure(fig: Any, path: Path) -> Path:
-    """Write a matplotlib figure as PNG, atomically (an open UI never shows half an image), and free it."""
-    import matplotlib.pyplot as plt
-
-    image = io.BytesIO()
-    fig.savefig(image, format="png")
-    plt.close(fig)
-    return atomic_write_bytes(path, image.getvalue())

@@ -12,10 +12,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from grader.benchmarks import Benchmark
-
-# re-exported for the agent's many callers; `tasks.atomic` is the one writer
-from tasks.atomic import atomic_write_json as atomic_write_json
-from tasks.atomic import atomic_write_text as atomic_write_text
+from tasks.atomic import atomic_write_text
 from tasks.base import SourceRecords, Split, TrialFiles
 
 

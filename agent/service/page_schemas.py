@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from agent.run import Headline
+from agent.status import Headline
 
 NodeState = Literal["base", "graded", "kept back", "failed", "rejected", "pending", "running"]
 

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 from agent.core import TrialRecord
-from agent.run import Headline, read_state, run_headline
 from agent.service.lineage import (
     BASE,
     asked_because,
@@ -40,6 +39,7 @@ from agent.service.page_schemas import (
 from agent.service.recipes import RecipeView, ServiceRecipes
 from agent.service.schemas import RunSummary
 from agent.service.trialfiles import TrialFiles
+from agent.status import Headline, read_state, run_headline
 from sandbox import untrusted
 
 SMALL_JSON = 4 * 1024 * 1024
@@ -322,19 +322,19 @@ def _decision(trial_id: str, data: dict[str, Any]) -> DecisionEntry:
 
 
 def experiment_url(run_url: str | None) -> str | None:
-    """The MLflow training runs table of the run's experiment, in the review view (`agent.run.tracking.runs_url`)."""
+    """The MLflow training runs table of the run's experiment, in the review view (`agent.tracking.runs_url`)."""
     if not run_url:
         return None
-    from agent.run import runs_url
+    from agent.tracking import runs_url
 
     return runs_url(run_url)
 
 
 def score_charts_url(run_url: str | None) -> str | None:
-    """The MLflow parent run's metric charts, score over submissions (`agent.run.tracking.scores_url`)."""
+    """The MLflow parent run's metric charts, score over submissions (`agent.tracking.scores_url`)."""
     if not run_url:
         return None
-    from agent.run import scores_url
+    from agent.tracking import scores_url
 
     return scores_url(run_url)
 

@@ -11,10 +11,10 @@ from typing import Any, TypeVar
 from pydantic import BaseModel
 
 from agent.core import TrialRecord
-from agent.run import RunRow, read_state, run_row
 from agent.service.records import REQUEST_NAME, WORKER_LOG_NAME, WorkerRecord
 from agent.service.schemas import Links, PendingApproval, RunDetail, RunSummary, TrialView, WorkerView
 from agent.service.workers import last_error
+from agent.status import RunRow, read_state, run_row
 
 View = TypeVar("View", bound=BaseModel)
 
@@ -141,7 +141,7 @@ def trial_view(data: dict[str, Any]) -> TrialView:
 
 
 class MlflowLinks:
-    """Resolves an MLflow parent run id to its UI page (`agent.run.parent_run_url`); cached, never fatal."""
+    """Resolves an MLflow parent run id to its UI page (`agent.tracking.parent_run_url`); cached, never fatal."""
 
     def __init__(self, ui_base: str, artifact_root: Path) -> None:
         self.ui_base = ui_base.rstrip("/")
@@ -153,7 +153,7 @@ class MlflowLinks:
         with self._lock:
             if parent in self._cache:
                 return self._cache[parent]
-        from agent.run import parent_run_url
+        from agent.tracking import parent_run_url
 
         try:
             url = parent_run_url(tracking_uri, parent, self.ui_base, self.artifact_root)

@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import IO
 
 from agent.launch import LaunchRequest
-from agent.run import Child, RunConfig, read_state, signal_group, spawn_child
+from agent.processes import Child, signal_group, spawn_child
+from agent.run import RunConfig
 from agent.service.records import (
     WORKER_LOG_NAME,
     WorkerRecord,
@@ -32,6 +33,7 @@ from agent.service.records import (
 )
 from agent.service.schemas import validate_run_request
 from agent.service.settings import ServiceSettings
+from agent.status import read_state
 from tasks import procfs
 
 log = logging.getLogger(__name__)

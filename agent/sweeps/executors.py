@@ -21,7 +21,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Protocol
 
-from agent.run import Child, spawn_child
+from agent.processes import Child, spawn_child
 from agent.sweeps.outcomes import Outcome, RunAddress, outcome_path
 from sandbox import untrusted
 from tasks import procfs

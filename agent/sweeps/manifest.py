@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from agent.run import summary_figures
+from agent.results import summary_figures
 from agent.sweeps.outcomes import sweeps_dir
 from agent.sweeps.spec import Combination, SweepSpec
 from tasks.atomic import atomic_write_json

@@ -8,7 +8,7 @@ from pathlib import Path
 from rich.markup import escape
 from rich.table import Table
 
-from agent.run import read_state
+from agent.status import read_state
 from agent.sweeps.manifest import Entry, Manifest
 
 STYLE = {"finished": "green", "failed": "red", "running": "cyan", "interrupted": "yellow", "pending": "dim"}

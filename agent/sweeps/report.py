@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from agent.run import save_figure, summary_figures
+from agent.results import save_figure, summary_figures
 from agent.sweeps.manifest import Manifest
 from agent.sweeps.outcomes import sweeps_dir
 from tasks.atomic import atomic_write_text
@@ -35,7 +35,7 @@ ALPHA = 0.05
 
 class RunNumbers(BaseModel):
     """One finished run's figures, from its summary.json: baseline, best and improvement as results.csv reports
-    them (`agent.run.results.summary_figures`), the rest from the grader's finalize section."""
+    them (`agent.results.rows.summary_figures`), the rest from the grader's finalize section."""
 
     run_id: str
     benchmark: str

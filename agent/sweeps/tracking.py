@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from agent.run import read_state
+from agent.status import read_state
 from agent.sweeps.manifest import Entry, Manifest
 
 EXPERIMENT = "rlloop/sweeps"
@@ -17,7 +17,7 @@ SWEEP_TAG = "rlloop.sweep_id"
 
 class SweepTracker:
     def __init__(self, home: Path) -> None:
-        from agent.run import open_client
+        from agent.tracking import open_client
 
         self.home = home
         self.client = open_client(f"sqlite:///{(home / 'mlflow.db').resolve()}")

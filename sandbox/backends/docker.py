@@ -7,10 +7,15 @@ memory without swap, a CPU share, a process cap and a per-file size cap; the wor
 `max_output_mb`. Output is read straight from the container (the engine keeps no log of its own, so a command that
 prints gigabytes cannot fill the host disk) into the capped log. The container is removed whatever happens.
 
-A container never outlives the process that started it, even one killed with SIGKILL: the command runs under a small
-shell watchdog whose stdin is a socket this process holds open for the trial's life (`StdinOnce`). When the process
-dies the kernel closes the socket, the engine closes the container's stdin, and the watchdog kills every process in
-the container; the exited container is removed by the next `cleanup()` (a resumed run calls it first).
+A container never outlives the process that started it, even one killed with SIGKILL, and this does not rest on the
+trial's good will: the lifeline is held on the host, out of the trial's reach. Each container is held by this
+process's keeper (`sandbox.container_keeper`: a process beside this one, which no trial can signal) from its
+creation to its removal; when this process dies the keeper kills it through the engine. A second line, for when the
+keeper dies too (a SIGKILL of the whole process tree): the command runs under a small shell watchdog whose stdin is a
+socket this process holds open for the trial's life (`StdinOnce`); when the process dies the kernel closes the
+socket, the engine closes the container's stdin, and the watchdog kills every process in the container. The watchdog
+runs as the trial's user, so a hostile trial can kill it; the keeper it cannot. A container left exited is removed
+by the next `cleanup()` (a resumed run calls it first).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from typing import Any
 
 from sandbox import reaper, supervise
 from sandbox.base import TRIAL_PACKAGES, CleanupReport, SandboxBase, SandboxRequest, SandboxResult
+from sandbox.container_keeper import KEEPER
 from sandbox.dockerlib import docker_sdk
 from sandbox.grader_net import GraderNetwork, remove_leftovers
 from sandbox.images import TRAINER_IMAGE
@@ -34,7 +40,8 @@ MANAGED_LABEL = "rlloop.managed"
 TMPFS_MB = 512
 # The watchdog around every trial command (POSIX sh; `"$@"` is the command). It forks the stdin watcher first, so a
 # process cap the command exhausts cannot stop it from starting; the command gets /dev/null as stdin. When stdin
-# reaches EOF (this process died) the watcher kills every process it can see: the whole container but its init.
+# reaches EOF (this process died) the watcher kills every process it can see: the whole container but its init. It
+# runs as the trial's user: the second line of the lifeline (the first, `sandbox.container_keeper`, is on the host).
 # The engine's SIGTERM (stop) is passed on to the command, and the command's exit status comes through unchanged.
 WATCHDOG = """exec 3<&0 </dev/null
 { cat <&3 >/dev/null 2>&1; kill -9 -1; } &
@@ -161,10 +168,11 @@ class DockerSandbox(SandboxBase):
             **network_kw,
             **_limits(request),
         )
-        reaper.register(container.id, sup.stopper(lambda: _kill(container)))
         reader: threading.Thread | None = None
         lifeline: Any = None
         try:
+            KEEPER.hold(container.id)  # from here on, our death kills it (see the module docstring)
+            reaper.register(container.id, sup.stopper(lambda: _kill(container)))
             # held open until the trial is over; the kernel closes it if this process dies (see the docstring)
             lifeline = container.attach_socket(params={"stdin": 1, "stream": 1})
             stream = container.attach(stdout=True, stderr=True, stream=True, logs=False)
@@ -190,6 +198,7 @@ class DockerSandbox(SandboxBase):
             reaper.unregister(container.id)
             with contextlib.suppress(Exception):
                 container.remove(force=True)
+            KEEPER.release(container.id)
             _close_socket(lifeline)
         sup.finish(bool(state.get("OOMKilled")))
         return sup.result(int(state.get("ExitCode", -1)), self.name, image_digest=image.id)

@@ -31,7 +31,7 @@ from typing import Any
 
 import pytest
 
-from agent.run.status import read_state
+from agent.status.runs import read_state
 from tests.sandbox.conftest import running_with
 from tests.support.processes import descendants, run_processes, running_containers, still_alive
 

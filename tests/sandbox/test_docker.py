@@ -8,9 +8,13 @@ from __future__ import annotations
 
 import http.server
 import os
+import signal
 import socket
 import socketserver
+import subprocess
+import sys
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -403,39 +407,122 @@ time.sleep(300)
     assert "got SIGTERM" in result.log_path.read_text()  # graceful stop: the watchdog passed the signal on
 
 
-# A run-like parent: starts one trial (`sleep 600`) in a DockerSandbox and waits for it.
+# A run-like parent: starts one trial (the command in argv[4], `sleep 600` by default) in a DockerSandbox and waits.
 PARENT = """
 import sys
 from pathlib import Path
 from sandbox.backends.docker import DockerSandbox
 from sandbox.base import SandboxRequest
 ws, image, run_id = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
+command = sys.argv[4:] or ["sleep", "600"]
 DockerSandbox(image=image).run(SandboxRequest(
-    command=["sleep", "600"], workspace=ws, log_path=ws.parent / "trial.log", timeout_s=900,
+    command=command, workspace=ws, log_path=ws.parent / "trial.log", timeout_s=900,
     labels={"rlloop.run": run_id, "rlloop.trial": "t1"},
 ))
 """
 
+# A hostile trial: it kills, with SIGKILL, every process of the container it can signal but its own line (itself and
+# its ancestors: killing the watchdog's main shell would end the container, and the trial with it), which takes the
+# in-container watchdog (its stdin watcher and `cat`); it reports what it killed, then runs on. `kill -9 -1` signals
+# the same processes and its own ancestors too: this is that attack, less the part that would end the trial itself.
+HOSTILE = """
+import os, signal, time
+def stat(pid):
+    return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+line, pid = set(), os.getpid()
+while pid > 0:
+    line.add(pid)
+    pid = int(stat(pid)[1])
+killed = set()
+for _ in range(3):
+    for name in os.listdir("/proc"):
+        if name.isdigit() and int(name) not in line and int(name) != 1:
+            try:
+                what = open(f"/proc/{name}/cmdline", "rb").read().replace(b"\\0", b" ").decode()
+                os.kill(int(name), signal.SIGKILL)
+                killed.add(what.strip() or "?")
+            except OSError:
+                pass
+    time.sleep(0.2)
+print("KILLED", sorted(killed), flush=True)
+open("attacked", "w").write("\\n".join(sorted(killed)))
+time.sleep(600)
+"""
 
-def test_container_stops_when_its_run_is_killed_9(
-    sandbox: DockerSandbox, run_dir: Path, labels: dict[str, str]
-) -> None:
-    import subprocess
-    import sys
-    import time
 
-    filters = {"label": [f"{k}={v}" for k, v in labels.items()]}
-    parent = subprocess.Popen(
-        [sys.executable, "-c", PARENT, str(run_dir / "workspace"), IMAGE, labels["rlloop.run"]],
+def _children(pid: int) -> list[int]:
+    from tasks import procfs
+
+    return [child for child, p in procfs.table().items() if p.ppid == pid and not p.gone]
+
+
+def _start_parent(run_dir: Path, labels: dict[str, str], *command: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-c", PARENT, str(run_dir / "workspace"), IMAGE, labels["rlloop.run"], *command],
         cwd=Path(__file__).resolve().parents[2],
     )
+
+
+def _wait_running(
+    sandbox: DockerSandbox, filters: dict[str, list[str]], parent: subprocess.Popen[bytes]
+) -> None:
+    deadline = time.monotonic() + 60
+    while not sandbox.client.containers.list(filters=filters) and time.monotonic() < deadline:
+        assert parent.poll() is None, "the parent exited before its trial started"
+        time.sleep(0.2)
+    assert sandbox.client.containers.list(filters=filters), "the trial container never started"
+
+
+def test_a_trial_that_kills_all_it_can_still_dies_with_its_run(
+    sandbox: DockerSandbox, run_dir: Path, labels: dict[str, str]
+) -> None:
+    """The lifeline is out of the trial's reach: with the in-container watchdog killed by the trial, a SIGKILL of
+    the process that started it still leaves no container running after a few seconds, with no rlloop command run in
+    between (the keeper on the host killed it); the next cleanup removes the exited container and names it."""
+    filters = {"label": [f"{k}={v}" for k, v in labels.items()]}
+    parent = _start_parent(run_dir, labels, "python3", "-c", HOSTILE)
     try:
+        _wait_running(sandbox, filters, parent)
+        attacked = run_dir / "workspace" / "attacked"
         deadline = time.monotonic() + 60
-        while not sandbox.client.containers.list(filters=filters) and time.monotonic() < deadline:
-            assert parent.poll() is None, "the parent exited before its trial started"
+        while not attacked.exists() and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert sandbox.client.containers.list(filters=filters), "the trial container never started"
+        killed = attacked.read_text().splitlines()
+        assert any("rlloop-watchdog" in what for what in killed), killed  # the stdin watcher went ...
+        assert any(what.startswith("cat") for what in killed), killed  # ... and the `cat` it waited on
+        assert sandbox.client.containers.list(filters=filters), "the attack ended its own container"
+        parent.kill()
+        parent.wait(timeout=10)
+        killed_at = time.monotonic()
+        while sandbox.client.containers.list(filters=filters) and time.monotonic() - killed_at < 5:
+            time.sleep(0.2)
+        assert not sandbox.client.containers.list(filters=filters), "the trial outlived its run by 5 s"
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait()
+    report = sandbox.cleanup(labels)
+    assert report == 1 and report.what == ("trial container of t1 (exited)",)
+
+
+def test_the_watchdog_stops_the_container_when_its_run_and_keeper_are_killed_9(
+    sandbox: DockerSandbox, run_dir: Path, labels: dict[str, str]
+) -> None:
+    """The second line: a SIGKILL of the run and of its keeper alike (a whole process tree killed) still stops a
+    trial that left its watchdog alone; the container stays, exited, for the next cleanup to remove and name."""
+    from tasks import procfs
+
+    filters = {"label": [f"{k}={v}" for k, v in labels.items()]}
+    parent = _start_parent(run_dir, labels)
+    try:
+        _wait_running(sandbox, filters, parent)
+        (keeper,) = [
+            pid
+            for pid in _children(parent.pid)
+            if b"sandbox.container_keeper" in (procfs.cmdline(pid) or b"")
+        ]
         time.sleep(1.0)  # the watchdog is up
+        os.kill(keeper, signal.SIGKILL)
         parent.kill()
         parent.wait(timeout=10)
         killed = time.monotonic()
@@ -445,7 +532,8 @@ def test_container_stops_when_its_run_is_killed_9(
     finally:
         if parent.poll() is None:
             parent.kill()
-    # exited but not removed (its run could not): the next cleanup removes it and says what it was
+            parent.wait()
+    # exited but not removed (its run and keeper could not): the next cleanup removes it and says what it was
     report = sandbox.cleanup(labels)
     assert report == 1
     assert report.what == ("trial container of t1 (exited)",)

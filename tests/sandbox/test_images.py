@@ -8,7 +8,7 @@ from pathlib import Path
 def test_the_coding_agents_tar_links_identical_binaries_once(tmp_path: Path) -> None:
     """OpenCode's launcher package carries a copy of its platform binary: packed once, the image is 185 MB
     smaller. Files that differ, small files and links stay as they are."""
-    from sandbox.images import _link_duplicates, agent_clis_pins
+    from sandbox.agent_clis import _link_duplicates, agent_clis_pins
 
     tree = tmp_path / "node_modules"
     (tree / "opencode-ai" / "bin").mkdir(parents=True)
@@ -36,7 +36,7 @@ def test_the_wheelhouse_pins_what_this_host_installed_without_resolving() -> Non
     metadata disagrees with an older pin once failed the image build with ResolutionImpossible)."""
     import importlib.metadata
 
-    from sandbox.images import host_closure
+    from sandbox.wheelhouse import host_closure
 
     transformers = importlib.metadata.version("transformers")
     closure, missing = host_closure([f"transformers=={transformers}", "no-such-package-rlloop==1.0"])
@@ -56,7 +56,7 @@ def test_the_wheelhouse_pins_what_this_host_installed_without_resolving() -> Non
 def test_a_failed_download_says_what_pip_said_without_its_index_noise() -> None:
     import subprocess
 
-    from sandbox.images import _pip_failure
+    from sandbox.wheelhouse import _pip_failure
 
     noise = "".join(
         f"WARNING: Location 'file:///x/{i}/' is ignored: it is neither a file nor a directory.\n"

@@ -132,3 +132,45 @@ def test_reload_reads_the_entry_points_again(tmp_path: Path, monkeypatch: pytest
 
 
 GADGETS: Registry[str] = Registry("gadget", "rlloop.test-gadgets")
+
+
+def test_a_registry_below_its_builtins_is_handed_them_by_their_own_group_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Built-ins named in `builtins_group` register before the plugins' group, so a plugin named like one of them
+    is skipped, not the built-in; an empty group says how to mend it wherever a name is looked up."""
+    registry: Registry[str] = Registry(
+        "tool", "rlloop.test-tools", builtins_group="rlloop.test-builtin-tools"
+    )
+    (tmp_path / "tool_builtins.py").write_text(
+        textwrap.dedent(
+            """
+            def register():
+                from tests.tasks.test_plugins import TOOLS
+                TOOLS.register("hammer", "the built-in hammer")
+            """
+        )
+    )
+    (tmp_path / "tool_plugin.py").write_text("HAMMER = 'a plugin hammer'\nSAW = 'a saw'\n")
+    info = tmp_path / "rlloop_test_tools-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: rlloop-test-tools\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(
+        "[rlloop.test-builtin-tools]\nown = tool_builtins:register\n"
+        "[rlloop.test-tools]\nhammer = tool_plugin:HAMMER\nsaw = tool_plugin:SAW\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setitem(globals(), "TOOLS", registry)
+    try:
+        assert registry.names() == ["hammer", "saw"]
+        assert registry.get("hammer") == "the built-in hammer" and registry.get("saw") == "a saw"
+        assert any("skipped entry point hammer" in p for p in registry.problems())
+    finally:
+        for module in ("tool_builtins", "tool_plugin"):
+            sys.modules.pop(module, None)
+
+    empty: Registry[str] = Registry("gizmo", "rlloop.test-gizmos", builtins_group="rlloop.test-no-such-group")
+    assert empty.names() == []
+    assert any("'rlloop.test-no-such-group' is empty" in p for p in empty.problems())
+    with pytest.raises(ValueError, match="reinstall it"):
+        empty.check("anything")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.run.status import read_state
+from agent.status.runs import read_state
 
 pytestmark = pytest.mark.slow
 

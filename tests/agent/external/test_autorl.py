@@ -19,8 +19,8 @@ from rich.console import Console
 
 from agent.external.agent_failure import diagnose
 from agent.external.autorl import AutoRLAdapter, init_run_meta, read_run_meta
-from agent.external.driver import TokenRelay
-from agent.run.results import read_results
+from agent.external.relay import TokenRelay
+from agent.results.rows import read_results
 from agent.run.workspace import RunPaths, prepare_workspace
 from grader.benchmarks import get_benchmark
 from grader.benchmarks.gsm8k import GSM8KBenchmark, find_data_dir
@@ -191,7 +191,7 @@ def test_diagnose_names_the_line_that_says_what_failed(tmp_path: Path) -> None:
 def test_a_missing_agent_image_says_which_command_builds_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from agent.external.driver import AgentImageMissingError, agent_sandbox
+    from agent.external.agent_image import AgentImageMissingError, agent_sandbox
     from agent.run.config import RunConfig
     from agent.run.reporting import Reporter
     from sandbox import images

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from agent.external import named
-from agent.external.driver import ExternalAgentError, is_agent_folder, load_agent, named_agent_problem
+from agent.external.agent_folder import ExternalAgentError, is_agent_folder, load_agent, named_agent_problem
 from agent.run.config import RunConfig
 from tests.support.agent_upstreams import Read, Run, SessionUpstream, Write
 
@@ -117,7 +117,7 @@ def test_a_coding_agent_runs_unchanged_through_the_gateway(
     from typer.testing import CliRunner
 
     from agent.cli.commands import app
-    from agent.run.results import read_results
+    from agent.results.rows import read_results
     from tests.sandbox.docker_support import require_docker
 
     require_docker()

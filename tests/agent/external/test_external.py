@@ -11,9 +11,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from agent.external.driver import ExternalAgentError, TokenRelay, agent_grader, load_agent, run_external
+from agent.external.agent_folder import ExternalAgentError, load_agent
+from agent.external.driver import agent_grader, run_external
+from agent.external.relay import TokenRelay
+from agent.results.rows import read_results
 from agent.run.config import RunConfig
-from agent.run.results import read_results
 from agent.run.workspace import RunPaths
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "example_agent"

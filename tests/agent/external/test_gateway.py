@@ -20,18 +20,14 @@ import httpx
 import openai
 import pytest
 
-from agent.external.driver import INSIDE_URL, TokenRelay, launcher
-from agent.external.gateway import (
-    PLACEHOLDER_PREFIX,
-    GatewayConfig,
-    GatewayError,
-    ModelGateway,
-    agent_env,
-)
+from agent.external.agent_request import INSIDE_URL, launcher
+from agent.external.gateway import ModelGateway
+from agent.external.gateway_setup import PLACEHOLDER_PREFIX, GatewayConfig, GatewayError, agent_env
+from agent.external.relay import TokenRelay
 from agent.llm.budget import Budget, BudgetLimits
 from agent.llm.pricing import ModelPrice, PriceTable
+from agent.results.rows import result_row
 from agent.run.config import RunConfig
-from agent.run.results import result_row
 from agent.run.workspace import RunPaths
 from tests.support.openai_server import ScriptedOpenAIServer, reply
 
@@ -328,7 +324,7 @@ def test_every_call_is_an_mlflow_trace_linked_to_the_run(rig: Rig, tmp_path: Pat
     import mlflow
 
     from agent.external.llm_traces import CallTraces
-    from agent.run.tracking import Tracker
+    from agent.tracking.tracker import Tracker
 
     tracker = Tracker(f"sqlite:///{tmp_path / 'mlflow.db'}", tmp_path / "mlartifacts")
     parent = tracker.start_parent("gw-run", "arith", {}, environment={})
@@ -499,7 +495,7 @@ def test_an_llm_driven_agent_runs_unchanged_through_bench(
     from typer.testing import CliRunner
 
     from agent.cli.commands import app
-    from agent.run.results import read_results
+    from agent.results.rows import read_results
     from tests.support.openai_server import call, tool_calls
 
     if sandbox == "docker":
@@ -599,7 +595,7 @@ PTB_AGENT = Path(__file__).parents[1] / "fixtures" / "ptb_agent"
 
 
 def test_a_solve_sh_folder_is_a_posttrainbench_agent(tmp_path: Path) -> None:
-    from agent.external.driver import is_agent_folder, load_agent
+    from agent.external.agent_folder import is_agent_folder, load_agent
     from agent.external.posttrainbench import prompt
 
     spec = load_agent(PTB_AGENT)

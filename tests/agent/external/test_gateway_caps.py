@@ -13,8 +13,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from agent.external.driver import TokenRelay
-from agent.external.gateway import GatewayConfig, ModelGateway
+from agent.external.gateway import ModelGateway
+from agent.external.gateway_setup import GatewayConfig
+from agent.external.relay import TokenRelay
 from agent.llm.budget import Budget, BudgetLimits
 from agent.llm.pricing import ModelPrice, PriceTable
 from tests.support.agent_upstreams import Run, Say, SessionUpstream
@@ -190,7 +191,7 @@ def test_anthropic_tool_use_streams_through_and_token_counts_are_free(tmp_path: 
 
 
 def test_anthropic_cached_prompt_tokens_count_as_prompt_tokens() -> None:
-    from agent.external.gateway import _usage
+    from agent.external.gateway_wire import usage_of
 
     usage = {
         "input_tokens": 12,
@@ -198,5 +199,5 @@ def test_anthropic_cached_prompt_tokens_count_as_prompt_tokens() -> None:
         "cache_read_input_tokens": 40000,
         "output_tokens": 7,
     }
-    assert _usage({"message": {"usage": usage}}) == (43012, 7)  # Anthropic's message_start
-    assert _usage({"usage": {"prompt_tokens": 10, "completion_tokens": 2}}) == (10, 2)  # OpenAI's
+    assert usage_of({"message": {"usage": usage}}) == (43012, 7)  # Anthropic's message_start
+    assert usage_of({"usage": {"prompt_tokens": 10, "completion_tokens": 2}}) == (10, 2)  # OpenAI's

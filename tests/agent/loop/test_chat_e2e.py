@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from agent.run.status import read_state
+from agent.status.runs import read_state
 from agent.sweeps.spec import SweepSpec
 from tests.agent.loop.test_resume import _run
 

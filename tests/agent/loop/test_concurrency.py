@@ -19,8 +19,8 @@ from agent.loop.concurrency import finished, more_proposals, outcome_file, split
 from agent.proposers.tree import TreeProposer
 from agent.run.config import RunConfig
 from agent.run.reporting import Reporter
-from agent.run.status import read_state
 from agent.run.workspace import RunPaths
+from agent.status.runs import read_state
 from sandbox import untrusted
 from sandbox.base import SandboxRequest
 from sandbox.devices import plan_devices
@@ -109,7 +109,7 @@ def test_a_step_reserves_compute_before_launch(tmp_path: Path) -> None:
 
 
 def test_finished_outcome_is_read_back_only_when_complete(tmp_path: Path) -> None:
-    from agent.run.workspace import atomic_write_json
+    from tasks.atomic import atomic_write_json
 
     paths = RunPaths(tmp_path, "r")
     record = TrialRecord(trial_id="t01", index=1, proposal=Proposal(hypothesis="h", recipe="sft"))

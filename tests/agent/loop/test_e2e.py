@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 from mlflow import MlflowClient
 
-from agent.run.results import read_results
-from agent.run.status import collect_runs, read_state
+from agent.results.rows import read_results
+from agent.status.runs import collect_runs, read_state
 
 pytestmark = pytest.mark.slow
 

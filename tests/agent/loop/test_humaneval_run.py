@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.run.status import read_state
+from agent.status.runs import read_state
 from sandbox import namespaces
 
 pytestmark = [

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.run.status import read_state
+from agent.status.runs import read_state
 from sandbox import untrusted
 
 REPO = Path(__file__).resolve().parents[3]

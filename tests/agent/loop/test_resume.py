@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from agent.core import TrialRecord
-from agent.run.results import read_results
-from agent.run.status import read_state
+from agent.results.rows import read_results
+from agent.status.runs import read_state
 from tests.agent.loop.test_state import checkpointed
 from tests.support.processes import run_processes, running_containers, still_alive
 

@@ -1,5 +1,5 @@
 """The loop's state is typed (`agent.loop.graph.LoopState`): its records are objects in the nodes, in the SQLite
-checkpoint and after a resume, and plain JSON for the pages that read a run from outside (`agent.run.read_state`)."""
+checkpoint and after a resume, and plain JSON for the pages that read a run from outside (`agent.status.read_state`)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from pydantic import BaseModel
 
 from agent.core import BaselineScore, Proposal, TrialRecord
 from agent.loop.graph import LoopState, build_graph
-from agent.run import open_checkpoints, read_state
-from agent.run.status import CHECKPOINT_RECORDS
+from agent.status import open_checkpoints, read_state
+from agent.status.runs import CHECKPOINT_RECORDS
 
 
 class _Nodes:

@@ -37,7 +37,7 @@ from typing import Any
 
 import pytest
 
-from agent.run.status import read_state
+from agent.status.runs import read_state
 from tests.support.openai_server import ScriptedOpenAIServer, call, reply, tool_calls
 
 pytestmark = pytest.mark.slow

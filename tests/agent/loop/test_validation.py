@@ -181,7 +181,7 @@ def test_improved_skips_a_checkpoint_that_is_no_better(
     tiny_model_home: Path, copy_parent_proposer: str
 ) -> None:
     from agent.loop.driver import execute
-    from agent.run.status import read_state
+    from agent.status.runs import read_state
 
     config = RunConfig.model_validate(
         {
@@ -256,7 +256,7 @@ def test_kill_9_then_resume_never_submits_twice_under_improved(tiny_model_home: 
     import subprocess
     import sys
 
-    from agent.run.status import read_state
+    from agent.status.runs import read_state
     from tests.agent.loop.test_resume import ARGS, _env
 
     def rlloop(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
@@ -314,7 +314,7 @@ def test_a_search_that_is_done_ends_the_run_early_and_says_why(
     tiny_model_home: Path, at_ceiling_proposer: str
 ) -> None:
     from agent.loop.driver import execute
-    from agent.run.status import read_state
+    from agent.status.runs import read_state
 
     config = RunConfig.model_validate(
         {

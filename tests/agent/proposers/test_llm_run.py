@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.run.results import read_results
-from agent.run.status import read_state
+from agent.results.rows import read_results
+from agent.status.runs import read_state
 from tests.support.openai_server import ScriptedOpenAIServer, call, reply, tool_calls
 
 pytestmark = pytest.mark.slow
@@ -135,7 +135,7 @@ def test_the_llm_looks_before_it_proposes_and_the_next_run_remembers(tiny_model_
     what run 1 learned."""
     from mlflow import MlflowClient
 
-    from agent.run.tracking import EXPERIMENT_KIND_TAG, TRIAL_TAG
+    from agent.tracking.tracker import EXPERIMENT_KIND_TAG, TRIAL_TAG
 
     looks = [
         call("data_rows", {"split": "valid", "limit": 2}),

@@ -24,13 +24,13 @@ from agent.loop.context import RunContext
 from agent.loop.graph import LoopState
 from agent.loop.limits import TrialLimits
 from agent.loop.nodes import Research
+from agent.loop.startup import make_budget
 from agent.loop.trials import ProposalRefusedError, TrialSetupError, prepare_trial, recipe_config
 from agent.proposers.llm import LLMProposer
 from agent.proposers.proposal_paths import LOOP_OWNED_FIELDS, path_fields, proposal_problems
 from agent.proposers.recipes import RecipeCatalog
 from agent.run.config import RunConfig
 from agent.run.reporting import Reporter
-from agent.run.startup import make_budget
 from agent.run.workspace import RunPaths
 from grader.benchmarks import get_benchmark
 from sandbox.devices import plan_devices

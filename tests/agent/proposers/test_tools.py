@@ -16,11 +16,12 @@ from agent.core.records import Proposal, ProposalContext, TrialRecord
 from agent.llm import LLMClient, LLMSettings, PriceTable, RetryPolicy
 from agent.llm.budget import Budget, BudgetLimits
 from agent.loop.trials import SandboxScripts
+from agent.proposers.failures import failure_clusters
 from agent.proposers.llm import LLMProposer, ProposalError
 from agent.proposers.recipes import RecipeCatalog
-from agent.proposers.tools import TOOLS, ToolEnv, _scripts_off, call_tool, failure_clusters, tool_specs
-from agent.run.tracking import TRIAL_TAG, Tracker
+from agent.proposers.tools import TOOLS, ToolEnv, _scripts_off, call_tool, tool_specs
 from agent.run.workspace import RunPaths
+from agent.tracking.tracker import TRIAL_TAG, Tracker
 from sandbox.backends.local import LocalSandbox
 from tests.support.openai_server import ScriptedOpenAIServer, call, reply, tool_calls
 from trainers.config import TrainerConfig

@@ -75,3 +75,29 @@ def test_known_names_pass_and_recipes_are_tidied() -> None:
     config = RunConfig(benchmark="countdown", recipes=" sft , grpo ,")
     assert config.benchmark == "countdown" and config.recipes == "sft,grpo"
     assert RunConfig(recipes="").recipes is None
+
+
+def test_a_fresh_process_finds_the_builtin_proposers_without_importing_them_first() -> None:
+    """The run's config sits below the proposers: their registrar comes from rlloop's own entry point group, so a
+    process that imported nothing but the config (a test, a script, `python -m agent.launch FILE`) checks a
+    built-in name, and an unknown one fails listing the built-ins."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys\n"
+        "from agent.run import RunConfig\n"
+        "assert 'agent.proposers' not in sys.modules\n"
+        "assert RunConfig(proposer='tree').proposer == 'tree'\n"
+        "from agent.run import PROPOSERS\n"
+        "print(PROPOSERS.origin('tree'))\n"
+        "try:\n"
+        "    RunConfig(proposer='oracle')\n"
+        "except ValueError as exc:\n"
+        "    print(str(exc).splitlines()[2])\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    origin, message = done.stdout.strip().splitlines()
+    assert origin == "agent.proposers"
+    assert "unknown proposer 'oracle': choose one of auto, builtin," in message and "tree" in message

@@ -72,7 +72,7 @@ def test_a_pid_that_is_no_longer_a_grader_is_left_alone(tmp_path: Path) -> None:
 # A run-like parent: starts a child that ignores SIGTERM with the grader's parent-death signal, prints its pid.
 PARENT = """
 import signal, subprocess, sys, time
-from agent.run.children import die_with_parent
+from agent.processes.children import die_with_parent
 child = subprocess.Popen(
     [sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(300)"],
     preexec_fn=die_with_parent(signal.SIGKILL),

@@ -18,14 +18,14 @@ from pathlib import Path
 
 import pytest
 
-from agent.run.results import read_results
+from agent.results.rows import read_results
 from tests.agent.service.support import ACTIVE, kill_workers, running_service, wait_for
 
 REPO = Path(__file__).resolve().parents[3]
 OPEN_STORE = """
 import sys
 from pathlib import Path
-from agent.run.tracking import Tracker
+from agent.tracking.tracker import Tracker
 
 home = Path(sys.argv[1])
 tracker = Tracker(f"sqlite:///{home / 'mlflow.db'}", home / "mlartifacts")

@@ -5,8 +5,8 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from agent.run.reporting import plot_scores
-from agent.run.results import RESULTS_COLUMNS, append_result_row, read_results
+from agent.results.plots import plot_scores
+from agent.results.rows import RESULTS_COLUMNS, append_result_row, read_results
 
 
 def test_rows_append_under_concurrency(tmp_path: Path) -> None:
@@ -64,7 +64,8 @@ def test_an_older_file_gets_the_new_columns_without_losing_a_row(tmp_path: Path)
 
 
 def test_flags_show_on_the_submission_line_and_in_the_summary(tmp_path: Path) -> None:
-    from agent.run.reporting import Reporter, flagged_report, submission_flags
+    from agent.results.flags import flagged_report, submission_flags
+    from agent.run.reporting import Reporter
 
     evidence = "3 of 40 hidden test items found in trials/t02/data.txt (first: '[13, 1, 22] 286')"
     grading = {"flagged": True, "flags": [{"check": "contamination", "evidence": evidence}]}

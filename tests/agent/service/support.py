@@ -97,7 +97,7 @@ def wait_for(
 @contextmanager
 def running_mlflow_ui(home: Path, port: int) -> Iterator[str]:
     """`rlloop ui`'s MLflow server on `home`'s store at 127.0.0.1:`port` until the block ends; yields its address."""
-    from agent.run.tracking import ui_command
+    from agent.tracking.ui import ui_command
 
     cmd, env = ui_command(home, host="127.0.0.1", port=port)
     server = subprocess.Popen(

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from agent.loop.approvals import read_decision
-from agent.run.results import read_results
+from agent.results.rows import read_results
 from tests.agent.service.support import kill_workers, running_service, wait_for
 
 pytestmark = pytest.mark.slow

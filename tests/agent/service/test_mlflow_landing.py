@@ -4,7 +4,7 @@ scores over submissions).
 
 MLflow 3.17 takes an experiment's kind from its GenAI / Model training switch (the URL's `workflowType`, else the
 browser's localStorage, else "genai"), not from the `mlflow.experimentKind` tag, so plain MLflow opens a fresh browser
-on the GenAI overview; `rlloop ui` serves it so that a fresh browser starts on Model training (agent.run.mlflow_app),
+on the GenAI overview; `rlloop ui` serves it so that a fresh browser starts on Model training (agent.tracking.mlflow_app),
 and every link rlloop prints or serves carries the switch as well.
 """
 
@@ -17,7 +17,9 @@ from pathlib import Path
 import pytest
 
 from agent.core.records import Proposal, TrialRecord
-from agent.run.tracking import EXPERIMENT_KIND_TAG, Tracker, review_links, runs_url, scores_url
+from agent.tracking.links import review_links
+from agent.tracking.review import runs_url, scores_url
+from agent.tracking.tracker import EXPERIMENT_KIND_TAG, Tracker
 from tests.agent.service.browser import DevTools, chromium, skip_without_chromium
 from tests.agent.service.support import free_port, running_mlflow_ui
 
@@ -134,7 +136,7 @@ def test_a_fresh_browser_opens_the_experiment_on_its_training_runs_and_a_reviewe
     store: Store, tmp_path: Path
 ) -> None:
     """Plain MLflow 3.17 sends a fresh browser from the experiments list (or a bare `#/experiments/<id>`) to the GenAI
-    overview, whatever the experiment's kind tag says; `rlloop ui` (agent.run.mlflow_app) starts it on the training
+    overview, whatever the experiment's kind tag says; `rlloop ui` (agent.tracking.mlflow_app) starts it on the training
     runs instead. It is only a default: a reviewer who turns the GenAI switch on gets the GenAI pages."""
     with chromium(tmp_path) as b:
         _fresh(b, f"{store.ui}/#/experiments")

@@ -4,7 +4,7 @@ The run (tiny-arith, local sandbox, 2 training steps a trial, approval `always`)
 t01 is approved by the API, and the tests meet it waiting on t02 with a trained parent: what an approver sees, what
 a viewer may not do, an edit made in the form reaching the run, and the page following the run without a reload.
 Screenshots at a laptop's and a phone's width go to the module's temporary folder (and, with
-RLLOOP_DOCS_SCREENSHOTS=1, to docs/figures/ for README).
+RLLOOP_DOCS_SCREENSHOTS=1, to docs/figures/ for README and docs/approvals.md).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 import pytest
 
-from agent.run.results import read_results
+from agent.results.rows import read_results
 from tests.agent.service.browser import DevTools, chromium, skip_without_chromium
 from tests.agent.service.support import (
     add_users,

@@ -51,9 +51,9 @@ def landing_script(route: str) -> bytes:
 
 
 def landing_route(tracking_uri: str | None = None) -> str | None:
-    """The review view of the rlloop experiment whose newest run started last (`agent.run.tracking`'s link without
+    """The review view of the rlloop experiment whose newest run started last (`agent.tracking.review`'s link without
     its host); None when the store holds none or cannot be read (MLflow's welcome page then)."""
-    from agent.run.tracking import ML_WORKFLOW, REVIEW_VIEW_KEY
+    from agent.tracking.review import ML_WORKFLOW, REVIEW_VIEW_KEY
 
     uri = tracking_uri or os.environ.get(BACKEND_STORE_URI_ENV_VAR)  # where `mlflow server` passes its store
     if not uri:

@@ -14,14 +14,14 @@ from pydantic import BaseModel
 from pydantic_core import to_jsonable_python
 
 from agent.core import BaselineScore, TrialRecord
-from agent.run.headline import Headline, run_headline
+from agent.status.headline import Headline, run_headline
 from tasks import procfs
 
 
 @dataclass
 class RunRow:
     """One run as `rlloop runs` and the service's list show it. `baseline` and `best` are on the public half (what
-    the run chose by); `headline` says both halves in words once the run ended (`agent.run.headline`)."""
+    the run chose by); `headline` says both halves in words once the run ended (`agent.status.headline`)."""
 
     run_id: str
     benchmark: str

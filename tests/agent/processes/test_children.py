@@ -2,7 +2,7 @@
 gets SIGTERM (or SIGINT, or its parent is SIGKILLed), and within 5 s no process of its tree is alive.
 
 One test per command that starts children (`rlloop ui`, `rlloop grade serve`, `rlloop serve`, a run's grader), and
-the shared `agent.run.children` they all use. Everything listens on loopback only."""
+the shared `agent.processes.children` they all use. Everything listens on loopback only."""
 
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from agent.run.children import kill_tree, run_child, spawn_child, tree
-from agent.run.grading import free_port
+from agent.processes.children import kill_tree, run_child, spawn_child, tree
+from agent.processes.ports import free_port
 from tests.grader.tiny import make_tiny_model
 from tests.support.processes import alive, cmdline, descendants, still_alive
 
@@ -130,7 +130,7 @@ def test_serve_sigterm_leaves_nothing(tmp_path: Path, started: list[subprocess.P
 # A parent that runs `sleep` (and a grandchild of it, in the same group) through run_child, printing the pids.
 PARENT = """
 import sys
-from agent.run.children import run_child
+from agent.processes.children import run_child
 sys.exit(run_child(["sh", "-c", "sleep 300 & echo $$ $!; wait"]))
 """
 
@@ -206,7 +206,7 @@ def test_the_runs_grader_stops_with_the_run(
 # at once (a double fork), so only the subreaper (run_child's process) can find it, and prints the helper's pid.
 ESCAPING = """
 import sys
-from agent.run.children import run_child
+from agent.processes.children import run_child
 sys.exit(run_child(["sh", "-c", "(setsid sh -c 'echo $$; exec sleep 300' &); sleep 300"]))
 """
 
@@ -277,7 +277,7 @@ def test_interrupt_lets_the_child_stop_its_own_way_then_kills_what_is_left(tmp_p
 # A parent that starts a detached child (as the service starts its run workers), prints its pid and exits.
 DETACHING_PARENT = """
 import subprocess
-from agent.run.children import spawn_child
+from agent.processes.children import spawn_child
 child = spawn_child(
     ["sleep", "300"], death_signal=None, keeper=False, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
 )

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agent.run.config import RunConfig
-from agent.run.finish import ended_early
-from agent.run.results import (
+from agent.results.finish import ended_early
+from agent.results.rows import (
     RESULTS_COLUMNS,
     ResultRow,
     append_result_row,
@@ -15,6 +14,7 @@ from agent.run.results import (
     result_row,
     summary_figures,
 )
+from agent.run.config import RunConfig
 from agent.run.workspace import RunPaths
 
 

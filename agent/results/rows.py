@@ -27,8 +27,7 @@ from grader.figures import RunFigures, run_figures
 from tasks.atomic import atomic_write
 
 if TYPE_CHECKING:
-    from agent.run.config import RunConfig
-    from agent.run.workspace import RunPaths
+    from agent.run import RunConfig, RunPaths
 
 
 def _now() -> str:

@@ -19,16 +19,10 @@ import torch
 from mlflow import MlflowClient
 
 from agent.core.records import Proposal, TrialRecord
-from agent.run.environment import environment_record, flat_params
-from agent.run.tracking import (
-    EXPERIMENT_KIND_TAG,
-    NODE_TAG,
-    TRIAL_TAG,
-    Tracker,
-    child_span,
-    review_links,
-    traced_nodes,
-)
+from agent.tracking.environment import environment_record, flat_params
+from agent.tracking.links import review_links
+from agent.tracking.traces import child_span, traced_nodes
+from agent.tracking.tracker import EXPERIMENT_KIND_TAG, NODE_TAG, TRIAL_TAG, Tracker
 
 
 def test_parent_and_trials_are_idempotent(tmp_path: Path) -> None:

@@ -2,7 +2,7 @@
 row, summary.json, the score plot, the MLflow parent closed, and the summary a person reads.
 
 A run's numbers come from the grader's finalize, never from files in the workspace: its `reported` figures, by the
-one score rule (`grader.figures`), read by `agent.run.results.final_figures`; the row is `agent.run.results.result_row`.
+one score rule (`grader.figures`), read by `agent.results.rows.final_figures`; the row is `agent.results.rows.result_row`.
 """
 
 from __future__ import annotations
@@ -14,13 +14,12 @@ from typing import Any
 import httpx
 
 from agent.core import TrialRecord
-from agent.run.config import RunConfig
-from agent.run.grading import GraderError
-from agent.run.headline import checkpoint_text, run_headline
-from agent.run.reporting import Reporter, flagged_report, plot_scores
-from agent.run.results import ResultRow, append_result_row, result_row
-from agent.run.tracking import Tracker
-from agent.run.workspace import RunPaths
+from agent.results.flags import flagged_report
+from agent.results.plots import plot_scores
+from agent.results.rows import ResultRow, append_result_row, result_row
+from agent.run import GraderError, Reporter, RunConfig, RunPaths
+from agent.status import checkpoint_text, run_headline
+from agent.tracking import Tracker
 from sandbox import untrusted
 from tasks.atomic import atomic_write_json
 
@@ -48,7 +47,7 @@ def write_ending(
     live: Mapping[str, Any] | None = None,
 ) -> tuple[dict[str, Any], Path | None]:
     """Append the results row, draw the score plot (public scores, against the public baseline) and write
-    summary.json: the row plus `status`, `stop_reason`, `extra` and the `headline` in words (`agent.run.headline`;
+    summary.json: the row plus `status`, `stop_reason`, `extra` and the `headline` in words (`agent.status.headline`;
     `live`: the loop's state, whose best trial it names). Returns the summary and the plot."""
     append_result_row(paths.home / "results.csv", row)
     plot = plot_scores(paths.plot_png, scores or [], public_baseline, paths.run_id)

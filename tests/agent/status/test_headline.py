@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agent.run.headline import checkpoint_text, run_headline
+from agent.status.headline import checkpoint_text, run_headline
 
 STATE = {"baseline_score": 0.09, "best_score": 0.714, "best_trial_id": "t04", "submissions": 3}
 FINAL = {

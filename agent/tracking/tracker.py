@@ -1,27 +1,23 @@
-"""MLflow tracking: a parent run per research run, a nested run per trial, idempotent so resume never duplicates;
-and traces: each graph node is a trace linked to its trial's run (the parent run for prepare and finish), and every
-LLM and tool call inside it is a span, so a reviewer sees why a proposal came out as it did.
+"""MLflow tracking: a parent run per research run, a nested run per trial, idempotent so resume never duplicates.
 
 Uses `MlflowClient` with explicit run ids rather than the fluent API's global active run, so one process can track
-several runs and a resumed run continues its parent instead of opening a new one. Traces are written synchronously
-(a kill -9 loses at most the node in flight) and a tracing failure is logged, never raised.
+several runs and a resumed run continues its parent instead of opening a new one. Traces (`agent.tracking.traces`)
+are written synchronously (a kill -9 loses at most the node in flight) and a tracing failure is logged, never
+raised.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
-import json
 import logging
 import os
-import sqlite3
-import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any
 
 from agent.core import TrialRecord
-from agent.run.environment import environment_record, flat_params
+from agent.tracking.environment import environment_record, flat_params
+from agent.tracking.review import OUTCOME_TAG, has_review_view, review_view_tag, run_page_url
 from sandbox import untrusted
 from tasks import once
 
@@ -33,33 +29,7 @@ NODE_TAG = "rlloop.node"
 # The experiment's kind (MLflow's own value for model training), for the MLflow versions and tools that read it
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 EXPERIMENT_KIND = "custom_model_development"
-# MLflow 3.17's UI takes an experiment's kind from its workflow switch, never from this tag: the URL's
-# `workflowType`, else the browser's localStorage `mlflow.workflowType_v1`, else "genai". `rlloop ui` serves MLflow
-# so that a fresh browser starts on "Model training" (agent/run/mlflow_app.py), and every link rlloop hands out
-# carries the switch too (`ML_WORKFLOW`), for an MLflow server started some other way.
-ML_WORKFLOW = "workflowType=machine_learning"
-# A saved view of the experiment's training runs (MLflow's shared view state, an experiment tag), with the columns a
-# reviewer compares; `runs_url` opens it with the GenAI switch off, whatever a fresh browser would default to.
-REVIEW_VIEW_KEY = "rlloop-review"
-# Trial rows show their public-half `score` (graded trials only) and `rlloop.outcome` (graded, kept back, failed,
-# rejected: the run page's words); parent rows their public baseline and best and, once ended, the private half.
-OUTCOME_TAG = "rlloop.outcome"
-REVIEW_COLUMNS = (
-    f"tags.`{OUTCOME_TAG}`",
-    "metrics.`score`",
-    "metrics.`valid_score`",
-    "metrics.`baseline_score`",
-    "metrics.`best_score`",
-    "metrics.`improvement`",
-    "metrics.`submission_count`",
-    "metrics.`private_best_score`",
-    "metrics.`private_baseline_score`",
-    "params.`recipe`",
-    "tags.`rlloop.isolation`",
-)
 SCORE_DIGITS = 4  # scores go to MLflow as results.csv writes them: 0.6333, not 0.6333333333333333
-TRIAL_NODES = ("propose", "approve", "run_trial", "validate", "submit", "record")
-RUN_NODES = ("prepare", "finish")
 
 
 def _quiet_mlflow() -> None:
@@ -348,214 +318,3 @@ def trial_outcome(trial: TrialRecord) -> str:
     if trial.status in ("failed", "skipped"):
         return "failed"
     return str(trial.status)
-
-
-SHARED_VIEW_PREFIX = "mlflow.sharedViewState."
-
-
-def review_view_tag() -> dict[str, str]:
-    """The experiment tag holding the review view: MLflow's UI reads it for `?viewStateShareKey=<key>`. (It takes
-    the columns and the order from it, never which runs are opened: a run's trials are one click on its row away.)"""
-    state = {
-        "selectedColumns": list(REVIEW_COLUMNS),
-        # a trial's outcome and score first; MLflow 3.17 applies a saved order only when the view reaches its grid
-        # before the grid is drawn (a race, seen both ways), else its own (params, metrics, tags, each by name)
-        "columnOrder": ["attributes.`Run Name`", "attributes.`Created`", *REVIEW_COLUMNS],
-        "orderByKey": "attributes.start_time",
-        "orderByAsc": False,
-        "runsExpanded": {},
-    }
-    return {f"{SHARED_VIEW_PREFIX}{REVIEW_VIEW_KEY}": json.dumps(state)}
-
-
-def has_review_view(tags: dict[str, str]) -> bool:
-    """Whether an experiment holds this version's review view (an older one, other columns, is rewritten)."""
-    return all(tags.get(key) == value for key, value in review_view_tag().items())
-
-
-def review_links(root: Path, ui_base: str) -> list[tuple[str, str]]:
-    """(experiment, link to its training runs in the review view) for every rlloop experiment of a home's store,
-    saving the view on experiments made before it (or its columns) existed; empty when the store cannot be read."""
-    db = root / "mlflow.db"
-    if not db.is_file():
-        return []
-    try:
-        tracker = Tracker(f"sqlite:///{db}", root / "mlartifacts")
-        found = tracker.client.search_experiments(filter_string="name LIKE 'rlloop/%'")
-        links = []
-        for experiment in found:
-            if not has_review_view(experiment.tags):
-                tracker.save_review_view(str(experiment.experiment_id))
-            base = f"{ui_base}/#/experiments/{experiment.experiment_id}"
-            links.append(
-                (
-                    experiment.name,
-                    f"{base}/runs?{ML_WORKFLOW}&viewStateShareKey={REVIEW_VIEW_KEY}",
-                )
-            )
-        return links
-    except Exception as exc:  # a busy or newer store: the UI still starts
-        log.warning("could not list the experiments of %s: %s", db, exc)
-        return []
-
-
-def run_page_url(ui_base: str, experiment_id: str, parent: str) -> str:
-    """A run's MLflow page under Model training (`Tracker.run_url`, for callers that know the experiment)."""
-    return f"{ui_base.rstrip('/')}/#/experiments/{experiment_id}/runs/{parent}?{ML_WORKFLOW}"
-
-
-def parent_run_url(tracking_uri: str, parent: str, ui_base: str, artifact_root: Path) -> str | None:
-    """The parent run's MLflow page (`Tracker.run_url`) for a page that must answer fast: a SQLite store is read
-    directly (one indexed row, read-only; importing MLflow to ask it would take seconds). None while the run is
-    not in the store. Raises what the store raises."""
-    database = sqlite_path(tracking_uri)
-    if database is None:
-        return Tracker(tracking_uri, artifact_root).run_url(parent, ui_base)
-    experiment = _experiment_of(database, parent)
-    return None if experiment is None else run_page_url(ui_base, experiment, parent)
-
-
-def _experiment_of(database: Path, run_uuid: str) -> str | None:
-    """The experiment id of an MLflow run in a SQLite store, read-only; None when it is not there (yet)."""
-    if not database.is_file():
-        return None
-    conn = sqlite3.connect(f"file:{database}?mode=ro", uri=True, timeout=2.0)
-    try:
-        row = conn.execute("SELECT experiment_id FROM runs WHERE run_uuid = ?", (run_uuid,)).fetchone()
-    except sqlite3.Error:
-        return None
-    finally:
-        conn.close()
-    return str(row[0]) if row else None
-
-
-def runs_url(run_url: str) -> str | None:
-    """The training runs table of a parent run's experiment, with the review view and the GenAI switch off (a fresh
-    MLflow 3 browser opens an experiment on its GenAI overview otherwise), from the parent run's page URL."""
-    if "/runs/" not in run_url:
-        return None
-    base = run_url.split("?", 1)[0].rsplit("/runs/", 1)[0]
-    return f"{base}/runs?{ML_WORKFLOW}&viewStateShareKey={REVIEW_VIEW_KEY}"
-
-
-def scores_url(run_url: str) -> str | None:
-    """The parent run's metric charts (MLflow's "Model metrics" tab: score, best_score, improvement, ... over
-    submissions), from the parent run's page URL, with the GenAI switch off."""
-    if "/runs/" not in run_url:
-        return None
-    return f"{run_url.split('?', 1)[0].rstrip('/')}/model-metrics?{ML_WORKFLOW}"
-
-
-@contextlib.contextmanager
-def child_span(name: str, span_type: str, inputs: dict[str, Any]) -> Iterator[Any]:
-    """A span under the active trace (a node's), e.g. one LLM or tool call; None (and nothing recorded) when no
-    trace is active, so callers outside a traced node pay nothing."""
-    if "mlflow" not in sys.modules:
-        yield None
-        return
-    import mlflow
-
-    if mlflow.get_current_active_span() is None:
-        yield None
-        return
-    with mlflow.start_span(name, span_type=span_type) as span:
-        span.set_inputs(inputs)
-        yield span
-
-
-Nodes = TypeVar("Nodes", bound=type)
-
-
-class NodeState(Protocol):
-    """What a traced node's trace reads of the loop's state (`agent.loop.graph.LoopState`)."""
-
-    @property
-    def trials(self) -> Sequence[TrialRecord]: ...
-
-    @property
-    def current(self) -> TrialRecord | None: ...
-
-    @property
-    def mlflow_parent(self) -> str | None: ...
-
-
-def _node_trial(node: str, state: NodeState) -> str | None:
-    if node == "propose":  # the trial about to be proposed (the loop names them t01, t02, ...)
-        return f"t{len(state.trials) + 1:02d}"
-    if node in TRIAL_NODES and state.current is not None:
-        return state.current.trial_id
-    return None
-
-
-def _traced(node: str, method: Callable[..., dict[str, Any]]) -> Callable[..., dict[str, Any]]:
-    @functools.wraps(method)
-    def run_node(self: Any, state: NodeState) -> dict[str, Any]:
-        tracker: Tracker = self.tracker
-        trial_id = _node_trial(node, state)
-        inputs = {"trial_id": trial_id, "trials_done": len(state.trials)}
-        link_to: str | None = None
-        with tracker.node_trace(
-            node, run_id=self.paths.run_id, benchmark=self.config.benchmark, trial_id=trial_id, inputs=inputs
-        ) as span:
-            update = method(self, state)
-            parent = update.get("mlflow_parent") or state.mlflow_parent
-            if span is not None:
-                current: TrialRecord | None = update.get("current")
-                span.set_outputs(
-                    {k: update[k] for k in ("halt", "status", "stop_reason") if update.get(k)}
-                    | ({"trial_status": current.status, "error": current.error} if current else {})
-                )
-                if parent and trial_id and (current or state.current):  # a trial exists
-                    link_to = tracker.trial_run(parent, self.paths.run_id, self.config.benchmark, trial_id)
-                elif parent:
-                    link_to = parent
-        if span is not None and link_to:
-            tracker.link(span.trace_id, link_to)
-        return update
-
-    return run_node
-
-
-def traced_nodes(cls: Nodes) -> Nodes:
-    """Class decorator for the loop's node class: each node runs inside its own MLflow trace."""
-    for node in (*RUN_NODES, *TRIAL_NODES):
-        if hasattr(cls, node):
-            setattr(cls, node, _traced(node, getattr(cls, node)))
-    return cls
-
-
-def ui_command(root: Path, *, host: str, port: int, workers: int = 1) -> tuple[list[str], dict[str, str]]:
-    """The MLflow UI on a run store, lean: `workers` server processes (uvicorn runs one in-process) and no job
-    runners (MLflow 3 starts huey consumers for its GenAI jobs by default; rlloop queues none); served through
-    `agent.run.mlflow_app`, so a fresh browser opens an experiment on its training runs, not the GenAI overview."""
-    cmd = [
-        sys.executable,
-        "-m",
-        "mlflow",
-        "ui",
-        "--backend-store-uri",
-        f"sqlite:///{root / 'mlflow.db'}",
-        "--default-artifact-root",
-        (root / "mlartifacts").as_uri(),
-        "--host",
-        host,
-        "--port",
-        str(port),
-        "--workers",
-        str(workers),
-    ]
-    if _review_app_installed():
-        cmd += ["--app-name", REVIEW_APP]  # MLflow's app, opening a fresh browser on the training runs
-    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
-    return cmd, env
-
-
-REVIEW_APP = "rlloop-review"  # the `mlflow.app` entry point of agent.run.mlflow_app
-
-
-def _review_app_installed() -> bool:
-    """Whether this environment's rlloop was installed with its `mlflow.app` entry point (an install from before it
-    was added has not: `pip install -e .` again); without it `rlloop ui` serves MLflow's plain app."""
-    from importlib.metadata import entry_points
-
-    return any(e.name == REVIEW_APP for e in entry_points(group="mlflow.app"))

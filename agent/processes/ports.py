@@ -1,0 +1,12 @@
+"""A free TCP port on the loopback, for a child server that must be told its port before it starts (a run's
+grader, `rlloop ui`, `rlloop grade serve`)."""
+
+from __future__ import annotations
+
+import socket
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
