@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import signal
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -25,6 +26,7 @@ from sandbox import untrusted
 from sandbox.base import SandboxRequest
 from sandbox.devices import plan_devices
 from tests.agent.loop.test_resume import ARGS, _assert_nothing_left, _run, _submissions, _summary
+from trainers.model_fit import ModelFit
 
 
 def _config(tmp_path: Path, **over: Any) -> RunConfig:
@@ -58,13 +60,15 @@ def test_cpu_split_and_request(tmp_path: Path) -> None:
 
 
 class _Run:
-    """What more_proposals reads of the run: its config, proposer, budget and reporter (all real)."""
+    """What more_proposals reads of the run: its config, proposer, budget, reporter and the base model's fit (all
+    real; the fit of a model built here, which changes no default)."""
 
     def __init__(self, tmp_path: Path, limit_s: float | None = None) -> None:
         self.config = RunConfig.model_validate({"home": tmp_path})
         self.proposer = TreeProposer()
         self.budget = Budget(BudgetLimits(max_compute_s=limit_s))
         self.reporter = Reporter(tmp_path / "run.log", quiet=True)
+        self.context = SimpleNamespace(fit=ModelFit("built here", 340_000, "a model rlloop built"))
 
 
 def _context(trials_left: int = 4) -> ProposalContext:
