@@ -174,6 +174,10 @@ GRIDS: dict[str, Grid] = {
         (
             route("sft on the final numbers", sft(800, answer_format="final_number")),
             route("sft on the final numbers, lr 2e-3", sft(800, 2e-3, answer_format="final_number")),
+            # the bare numbers are half as long as the sentences: 1,600 steps cost about (a)'s 800
+            route(
+                "sft on the final numbers, lr 2e-3, 1600 steps", sft(1600, 2e-3, answer_format="final_number")
+            ),
         ),
         "data in a format the grader does not parse: reformat",
     ),
@@ -186,6 +190,10 @@ GRIDS: dict[str, Grid] = {
                 sft(800, answer_format="final_number", filter_by_verifier=True),
             ),
             route("the same, lr 2e-3", sft(800, 2e-3, answer_format="final_number", filter_by_verifier=True)),
+            route(
+                "the same, lr 2e-3, 1600 steps",
+                sft(1600, 2e-3, answer_format="final_number", filter_by_verifier=True),
+            ),
             route("sft on the final numbers only", sft(800, answer_format="final_number")),
             route("sft on the verifier's rows only", sft(800, filter_by_verifier=True)),
         ),
