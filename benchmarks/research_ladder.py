@@ -2,7 +2,8 @@
 of task x base-model rungs chosen so that choices matter.
 
     .venv/bin/python benchmarks/research_ladder.py [--quick | --smoke] [--rungs arith,...]
-        [--policies once,seeds,random,greedy,tree[,memory]] [--seeds 3] [--out results.json] [--plots DIR]
+        [--policies once,lines,halving[,seeds,tree,...]] [--seeds 3] [--oracle ORACLE.json] [--out results.json]
+        [--plots DIR]
 
 Every (rung, policy, seed) is one real `rlloop run` in a subprocess (local sandbox, the default submission policy
 `improved`, `--public-fraction 0.5`), all runs of a rung on one hidden test set (`--test-seed`). Compute is trial
@@ -12,7 +13,9 @@ same total (`--max-compute-s`, the rung's trials x trial seconds):
 
 - once:   (a) the default recipe (`--proposer fixed`) once, with the whole compute budget in one trial;
 - seeds:  (b) the default recipe repeated with different seeds from the base model, best on valid;
-- random: (c) random search; greedy: (d) the greedy cascade; tree: (e) the search tree (the built-in default);
+- lines: the line policy (agent.proposers.lines, the built-in default): the moves the data call for in one line,
+  trained as one run, probes beside it where the budget holds them;
+- random: (c) random search; greedy: (d) the greedy cascade; tree: (e) the search tree (the default before lines);
 - halving: successive halving over continuations (agent.proposers.halving): about half the compute on drafts at a
   constant rate, the better half continued with their optimizer, the last line cooled down with every second left;
 - optuna: Optuna's TPE over recipe, start, learning rate and schedule (agent.proposers.numeric), on the same compute
@@ -27,8 +30,10 @@ same total (`--max-compute-s`, the rung's trials x trial seconds):
 Per run it reads the grader's own final numbers (summary.json: the checkpoint chosen on the public half, scored on
 the private half that chose nothing) and its store (each submission's public and private score, for the curve of
 private score against compute). Prints per rung and policy: mean ± standard error of the private score, the gain
-over (a) paired by seed, compute to reach the best, submissions used; then the tree against the best of (b)-(d),
-paired by seed; then the rung's property check:
+over (a) paired by seed, compute to reach the best, the share of compute spent on validation and on branches that
+lost, submissions used; with `--oracle` (benchmarks/ladder_oracle.py's output), each policy's share of the reachable
+gain over (a); then the tree against the best of (b)-(d) where they ran, paired by seed; then the rung's property
+check (the one-trial check needs `seeds`):
 
 - the base model is above the floor and below the ceiling on the hidden test set (>= 5% and < 40%);
 - one trial of the default recipe at the per-trial budget stays below 70% (valid score of `seeds`' first trial);
@@ -83,7 +88,9 @@ POLICIES = (
     "cmaes",
     "memory",
 )
-DEFAULT_POLICIES = ("once", "seeds", "tree", "lines", "halving")
+# what the full ladder runs: (a), the built-in default and halving (2026-12-07: every rung, 3 seeds, 5 on sokoban1, 78
+# runs); `--policies once,seeds,tree,lines,halving` adds the one-trial property check and the default before lines
+DEFAULT_POLICIES = ("once", BUILTIN_POLICY, "halving")
 PROPOSER = {
     "once": "fixed", "seeds": "fixed", "random": "random", "greedy": "greedy", "tree": "tree", "memory": "tree", "lines": "lines",
     "halving": "halving", "optuna": "optuna", "cmaes": "cmaes", "tree-optuna": "tree-optuna",

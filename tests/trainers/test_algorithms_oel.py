@@ -35,7 +35,7 @@ def test_oel_rounds_extract_and_consolidate(tmp_path: Path) -> None:
             warmup_ratio=0.0,
             rounds=2,
             episodes_per_round=8,
-            max_steps=20,
+            max_steps=30,
             per_device_train_batch_size=16,
             num_generations=2,
             top_k=16,
@@ -43,16 +43,17 @@ def test_oel_rounds_extract_and_consolidate(tmp_path: Path) -> None:
         )
     )
     rounds = logged_history(out)
-    assert [r["round"] for r in rounds] == [1, 2] and result.steps == 40
+    assert [r["round"] for r in rounds] == [1, 2] and result.steps == 60
     # round 1 distils a context the policy has never seen: its KL to the context-reading teacher must fall. kl_start
     # and kl_end are medians of the round's first and last 5 steps; measured 2026-12-06 on one machine's three CPU
-    # kernel sets (ATEN_CPU_CAPABILITY), trained: 0.60x (default), 0.33x (avx2), 0.09x (avx512); the same round at a
-    # learning rate of 1e-12 (no training): 0.99x, 1.12x, 1.12x. Means of three steps failed on avx512 (0.73x): one
-    # sampled step's KL can be 10x its neighbours'.
-    assert rounds[0]["kl_end"] < 0.75 * rounds[0]["kl_start"], rounds[0]
+    # kernel sets (ATEN_CPU_CAPABILITY), trained 20 steps: 0.60x (default), 0.33x (avx2), 0.09x (avx512); the same
+    # round at a learning rate of 1e-12 (no training): 0.99x, 1.12x, 1.12x. Means of three steps failed on avx512
+    # (0.73x): one sampled step's KL can be 10x its neighbours'. 20 steps were too few on CI's machine (0.75x, a
+    # fail), so 30: 2026-12-07, default kernels, seeds 0-2, trained 0.18x, 0.21x, 0.13x; at 1e-12 0.97x, 0.89x, 0.97x.
+    assert rounds[0]["kl_end"] < 0.6 * rounds[0]["kl_start"], rounds[0]
     for r in rounds:
         assert r["new_items"] > 0 and r["experience"]  # the weak policy fails, so feedback items appear
-        assert r["steps"] == 20
+        assert r["steps"] == 30
         # the tiny model has 64 positions: the kept experience must fit before the longest prompt + answer
         assert len("Experience:\n" + "".join(f"- {i}\n" for i in r["experience"])) + 7 + 6 <= 64
     saved = json.loads((out / "experience.json").read_text())["experience"]

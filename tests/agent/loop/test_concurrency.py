@@ -137,7 +137,9 @@ def test_finished_outcome_is_read_back_only_when_complete(tmp_path: Path) -> Non
 
 
 # ---- the real CLI ---------------------------------------------------------------------------------------------
-K2 = [*(a if a != "2" else "4" for a in ARGS), "--trial-concurrency", "2"]  # four trials, two at a time
+# four trials, two at a time, from the tree: it branches, so two of its trials can train at once (the built-in line
+# policy's trials continue each other, one after another, with probes beside them only on larger budgets)
+K2 = [*(a if a != "2" else "4" for a in ARGS), "--trial-concurrency", "2", "--proposer", "tree"]
 
 
 @pytest.fixture(scope="module")

@@ -91,3 +91,26 @@ def test_a_line_that_fails_drops_out_and_the_next_best_goes_on() -> None:
     failed_all = [_record(i, t.proposal, None, "failed") for i, t in enumerate(trials, start=1)]
     with pytest.raises(SearchDone, match="no line survived"):
         proposer.propose(_context(failed_all, compute_left=40.0))
+
+
+def test_a_budget_larger_than_the_drafts_goes_to_the_lines_not_to_an_early_stop() -> None:
+    """Twenty units with three distinct drafts (one recipe at three rates): the drafts stage is the three there are,
+    the later stages and the last line take the rest; before, the stage was sized for ten drafts and the run stopped
+    after the three ('no draft left'), having spent 94 s of 320 (the ladder's arith-x4, 2026-12-07)."""
+    proposer = HalvingProposer()
+    trials: list[TrialRecord] = []
+    spent = 0.0
+    for index in range(1, 30):
+        try:
+            proposal = proposer.propose(_context(trials, compute_left=400.0 - spent))
+        except SearchDone as done:
+            assert "successive halving done" in str(done)
+            break
+        seconds = float(proposal.hyperparameters["max_seconds"])
+        trials.append(_record(index, proposal, 0.1 + 0.01 * index))
+        spent += seconds
+    drafts = [t for t in trials if t.proposal.init_from is None]
+    assert len(drafts) == 3 and len(trials) > 3
+    assert spent == pytest.approx(400.0)  # every unit trained, the last line's included
+    assert "cooldown_ratio" in trials[-1].proposal.hyperparameters
+    assert stage_sizes(20, max_first=3) == [3, 2, 1]
