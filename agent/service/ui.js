@@ -195,6 +195,8 @@ function scoreText(scored) {
 }
 
 function short(value) {
+  // a fraction to 6 significant digits (a schedule's part is 0.333333, not 17 digits that widen a phone's page)
+  if (typeof value === "number" && !Number.isInteger(value)) return String(Number(value.toPrecision(6)));
   const text = typeof value === "string" ? value : JSON.stringify(value);
   return text === undefined ? "–" : text;
 }

@@ -216,7 +216,12 @@ def test_the_approval_card_and_the_tree_show_what_an_approver_needs(shared: Shar
 
     wide = b.screenshot(shared.out / "run-page-1280.png", 1280)
     narrow = b.screenshot(shared.out / "run-page-390.png", 390)
-    assert _png_width(wide) == 1280 and _png_width(narrow) == 390
+    overflowing = b.eval(  # at 390 px: what sticks out, innermost last, for the failure message
+        "[...document.querySelectorAll('body *')].filter(e => e.getBoundingClientRect().right > 391 &&"
+        " ![...e.children].some(c => c.getBoundingClientRect().right > 391))"
+        ".slice(-6).map(e => e.tagName + '.' + e.className + ': ' + (e.textContent || '').slice(0, 100))"
+    )
+    assert _png_width(wide) == 1280 and _png_width(narrow) == 390, overflowing
     assert b.eval(
         "document.documentElement.scrollWidth <= window.innerWidth + 1"
     )  # no sideways scroll at 1280
