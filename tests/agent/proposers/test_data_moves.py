@@ -3,7 +3,6 @@ final number, prompts without answers for a prompt-only recipe; clean data call 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -13,17 +12,7 @@ from agent.proposers.builtin import BuiltinProposer
 from agent.proposers.data_moves import data_report
 from agent.proposers.halving import HalvingProposer
 from agent.proposers.tree import TreeProposer
-from tasks import get_benchmark
-
-
-def _workspace(tmp_path: Path, benchmark: str) -> Path:
-    data = tmp_path / benchmark / "data"
-    data.mkdir(parents=True)
-    rows = get_benchmark(benchmark).load("train")
-    (data / "train.jsonl").write_text(
-        "".join(json.dumps({"prompt": r.prompt, "answer": r.answer}) + "\n" for r in rows)
-    )
-    return data.parent
+from tests.agent.proposers.workspaces import train_workspace
 
 
 def _context(workspace: Path, benchmark: str) -> ProposalContext:
@@ -58,17 +47,17 @@ def _context(workspace: Path, benchmark: str) -> ProposalContext:
 def test_the_data_call_for_their_moves(
     tmp_path: Path, benchmark: str, fields: list[dict[str, object]], prompts_only: bool
 ) -> None:
-    report = data_report(str(_workspace(tmp_path, benchmark)), benchmark)
+    report = data_report(str(train_workspace(tmp_path, benchmark)), benchmark)
     assert [m.fields for m in report.moves] == fields and report.prompts_only == prompts_only
 
 
 def test_every_built_in_policy_starts_where_the_data_point(tmp_path: Path) -> None:
-    noisy = _context(_workspace(tmp_path, "arith-noisy"), "arith-noisy")
+    noisy = _context(train_workspace(tmp_path, "arith-noisy"), "arith-noisy")
     for proposer in (TreeProposer(), HalvingProposer(), BuiltinProposer()):
         first = proposer.propose(noisy)
         assert first.recipe == "sft" and first.hyperparameters.get("filter_by_verifier") is True, proposer
-    few = _context(_workspace(tmp_path, "arith-few"), "arith-few")
+    few = _context(train_workspace(tmp_path, "arith-few"), "arith-few")
     assert TreeProposer().propose(few).recipe == "rft" and BuiltinProposer().propose(few).recipe == "rft"
-    clean = _context(_workspace(tmp_path, "arith"), "arith")
+    clean = _context(train_workspace(tmp_path, "arith"), "arith")
     first = TreeProposer().propose(clean)
     assert first.recipe == "sft" and "filter_by_verifier" not in first.hyperparameters

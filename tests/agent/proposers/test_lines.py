@@ -4,7 +4,6 @@ the budget holds them; derived from the trials alone, so a resumed run goes on w
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -13,7 +12,7 @@ from agent.core.records import Proposal, ProposalContext, TrialRecord
 from agent.proposers.base import SearchDone
 from agent.proposers.data_moves import DataMove, DataReport
 from agent.proposers.lines import LineProposer, WaitForTrials, plan_for
-from tasks import get_benchmark
+from tests.agent.proposers.workspaces import train_workspace
 
 CLEAN = DataReport()
 MESSY = DataReport(
@@ -23,16 +22,6 @@ MESSY = DataReport(
     )
 )
 FEW = DataReport(unlabelled_share=0.98)
-
-
-def _workspace(tmp_path: Path, benchmark: str) -> Path:
-    data = tmp_path / benchmark / "data"
-    data.mkdir(parents=True)
-    rows = get_benchmark(benchmark).load("train")
-    (data / "train.jsonl").write_text(
-        "".join(json.dumps({"prompt": r.prompt, "answer": r.answer}) + "\n" for r in rows)
-    )
-    return data.parent
 
 
 def _context(
@@ -98,7 +87,7 @@ def test_every_data_move_goes_into_one_line_together() -> None:
 
 
 def test_the_data_report_of_a_workspace_reaches_the_proposal(tmp_path: Path) -> None:
-    workspace = _workspace(tmp_path, "arith-messy")
+    workspace = train_workspace(tmp_path, "arith-messy")
     proposal = LineProposer().propose(_context([], workspace=workspace, benchmark="arith-messy"))
     hp = proposal.hyperparameters
     assert hp["answer_format"] == "final_number" and hp["filter_by_verifier"] is True
@@ -224,7 +213,7 @@ def test_the_llm_researcher_is_shown_the_same_report_and_route(tmp_path: Path) -
     from agent.proposers.prompts import proposal_prompt
     from agent.proposers.recipes import RecipeCatalog
 
-    workspace = _workspace(tmp_path, "arith-messy")
+    workspace = train_workspace(tmp_path, "arith-messy")
     prompt = proposal_prompt(_context([], workspace=workspace, benchmark="arith-messy"), RecipeCatalog({}))
     section = prompt.split("# What the train rows call for")[1].split("# Trainer library")[0]
     assert "wrong by the task's verifier" in section and "filter_by_verifier=true" in section
